@@ -1,0 +1,33 @@
+# Fresh machine: `make test` and `make bench` create .venv, install the pinned
+# dependencies (constraints.txt pins torch==2.13.0, the CPU wheel) and run.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+SUITE ?= default
+
+.PHONY: venv test bench paper overhead lint clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade "pip>=24"
+	$(BIN)/python -m pip install --quiet -c constraints.txt torch==2.13.0
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[dev]"
+	touch $(STAMP)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+bench: $(STAMP)
+	$(BIN)/python -m benchmarks --suite $(SUITE)
+
+overhead: $(STAMP)
+	$(BIN)/python -m benchmarks.overhead
+
+paper: $(STAMP)
+	$(BIN)/python -m papers.build
+
+clean:
+	rm -rf $(VENV) results .pytest_cache

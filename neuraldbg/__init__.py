@@ -1,0 +1,39 @@
+"""NeuralDBG: explains why a PyTorch training run failed.
+
+Capture compact statistics at module boundaries with :class:`NeuralDbg`, save and load the
+run as a :class:`Trace`, and explain the failure afterwards.
+"""
+
+from neuraldbg.capture import CaptureConfig
+from neuraldbg.debugger import NeuralDbg
+from neuraldbg.errors import (
+    CaptureError,
+    NeuralDbgError,
+    NeuralDbgWarning,
+    NotFittedError,
+    SchemaVersionError,
+    TraceFormatError,
+)
+from neuraldbg.records import FAILURE_TYPES, HEALTHY, ROOT_CAUSES, Event, Hypothesis
+from neuraldbg.trace import SCHEMA_VERSION, Trace, load_trace
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "NeuralDbg",
+    "CaptureConfig",
+    "Trace",
+    "load_trace",
+    "Hypothesis",
+    "Event",
+    "FAILURE_TYPES",
+    "ROOT_CAUSES",
+    "HEALTHY",
+    "SCHEMA_VERSION",
+    "NeuralDbgError",
+    "TraceFormatError",
+    "SchemaVersionError",
+    "CaptureError",
+    "NotFittedError",
+    "NeuralDbgWarning",
+]

@@ -1,0 +1,110 @@
+"""Frozen records that flow between the reasoning stages: events and hypotheses.
+
+They hold data and ``to_dict``/``from_dict``, nothing more, and never a live tensor.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+__all__ = ["FAILURE_TYPES", "ROOT_CAUSES", "HEALTHY", "Event", "Hypothesis"]
+
+#: Symptoms a hypothesis can name (the contract's vocabulary).
+FAILURE_TYPES: tuple[str, ...] = (
+    "vanishing_gradients",
+    "exploding_gradients",
+    "dead_neurons",
+    "saturated_activations",
+    "loss_divergence",
+    "training_plateau",
+)
+#: Label of a run without failure (ground truth and counterfactual outcomes).
+HEALTHY = "healthy"
+#: Causes a hypothesis can name; extensions may register more (causal_models.registry).
+ROOT_CAUSES: tuple[str, ...] = (
+    "learning_rate_too_high",
+    "learning_rate_too_low",
+    "init_scale_too_large",
+    "init_scale_too_small",
+    "saturating_activation",
+    "negative_bias_init",
+    "unnormalized_inputs",
+    "missing_normalization",
+    "missing_gradient_clipping",
+    "unknown",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """A semantic event: a layer (or the loss) changed health state at a step.
+
+    Attributes
+    ----------
+    kind : str
+        What happened, e.g. ``"gradient_vanishing"``, ``"activation_dead"``, ``"loss_nonfinite"``.
+    module_name : str
+        Qualified module name, or ``"<loss>"`` for loss events.
+    step : int
+        Step of the transition (or of the first observation of an already unhealthy layer).
+    from_state : str
+        State before the transition (``"unobserved"`` for a first observation).
+    to_state : str
+        State after it.
+    evidence : dict
+        Measured values behind the event (statistic, value, threshold, baseline).
+    """
+
+    kind: str
+    module_name: str
+    step: int
+    from_state: str
+    to_state: str
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-dict form (JSON-compatible when the evidence is)."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Event:
+        """Inverse of :meth:`to_dict`."""
+        return cls(**data)
+
+
+@dataclass(frozen=True, slots=True)
+class Hypothesis:
+    """One explanation of a failure (the contract's ``Hypothesis``).
+
+    Attributes
+    ----------
+    failure_type : str
+        The symptom, from :data:`FAILURE_TYPES`.
+    root_cause : str
+        The cause, from :data:`ROOT_CAUSES` or a registered extension (``"unknown"`` allowed).
+    origin_layer : str
+        Qualified module name where the failure first appeared.
+    origin_step : int
+        Step where the failure first appeared in that layer.
+    confidence : float
+        In [0, 1]; a posterior probability for the probabilistic method.
+    metadata : dict
+        Causal metadata: propagation path, coupled events, evidence.
+    """
+
+    failure_type: str
+    root_cause: str
+    origin_layer: str
+    origin_step: int
+    confidence: float
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-dict form (JSON-compatible when the metadata is)."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Hypothesis:
+        """Inverse of :meth:`to_dict`."""
+        return cls(**data)

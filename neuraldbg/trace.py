@@ -1,0 +1,339 @@
+"""The recorded run: pandas tables in memory, Parquet chunks plus JSON metadata on disk.
+
+Layout of a trace directory::
+
+    meta.json                   schema version, run config, seed, versions, status, ground truth
+    modules.parquet             one row per monitored module
+    steps/part-000000.parquet   one row per training step, written in chunks
+    stats/part-000000.parquet   one row per (recorded step, module), written in chunks
+
+Every file is written under a temporary name and renamed, so a reader never sees half a
+file: a run that is killed loses at most the chunk being written. Nothing is ever
+unpickled: Parquet and JSON only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from neuraldbg.errors import SchemaVersionError, TraceFormatError
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "TRACE_FORMAT",
+    "STEP_COLUMNS",
+    "STAT_COLUMNS",
+    "MODULE_COLUMNS",
+    "Trace",
+    "TraceWriter",
+    "load_trace",
+]
+
+TRACE_FORMAT = "neuraldbg-trace"
+SCHEMA_VERSION = 1
+
+#: Columns of ``trace.steps`` (one row per training step).
+STEP_COLUMNS: dict[str, str] = {
+    "step": "training step, counted by ``dbg.step(loss)`` from 0",
+    "loss": "loss passed to ``dbg.step`` (NaN when the step did not finish)",
+    "lr": "learning rate of the first parameter group, read when the optimizer stepped",
+    "grad_norm": "global L2 norm of all parameter gradients before the optimizer step",
+    "param_norm": "global L2 norm of all trainable parameters before the optimizer step",
+    "update_norm": "global L2 norm of the optimizer's change to the parameters, ||dW||",
+    "update_ratio": "update_norm / param_norm",
+    "recorded": "True when per-module statistics were recorded at this step",
+    "complete": "False for a step interrupted before ``dbg.step`` (an exception, a crash)",
+}
+
+#: Columns of ``trace.stats`` (one row per recorded step and module).
+STAT_COLUMNS: dict[str, str] = {
+    "step": "training step",
+    "module_name": "qualified name as ``model.named_modules()`` spells it",
+    "calls": "forward calls of the module in this step (2 for shared weights used twice)",
+    "act_mean": "mean of the module output (averaged over calls)",
+    "act_std": "standard deviation of the module output",
+    "act_max_abs": "largest |x| of the output",
+    "act_frac_zero": "share of output elements exactly zero",
+    "act_frac_dead": "share of units (features/channels) exactly zero for the whole batch",
+    "act_frac_saturated": "share of outputs in the flat region of the module's activation",
+    "act_nan": "NaN elements in the output (summed over calls)",
+    "act_inf": "Inf elements in the output (summed over calls)",
+    "out_grad_norm": "L2 norm of the loss gradient with respect to the module output",
+    "param_grad_norm": "L2 norm of the gradients of the module's own parameters",
+    "param_norm": "L2 norm of the module's own parameters before the optimizer step",
+    "update_ratio": "||dW|| / ||W|| of the module's parameters across the optimizer step",
+}
+
+#: Columns of ``trace.modules`` (one row per monitored module).
+MODULE_COLUMNS: dict[str, str] = {
+    "module_name": "qualified name as ``model.named_modules()`` spells it",
+    "module_type": "class name, e.g. ``Linear``",
+    "order": "index in ``named_modules()`` order (definition order)",
+    "forward_order": "order of the first forward call (-1 if never called while recording)",
+    "depth": "nesting depth (number of dots in the name)",
+    "parent": "qualified name of the parent module ('' for top-level children)",
+    "activation_family": "how saturation is judged: sigmoid, tanh, softmax, relu, smooth, linear, "
+    "norm, other",
+    "n_params": "number of parameters the module owns directly",
+    "n_trainable": "number of those that require grad",
+}
+
+
+def _atomic_write_bytes(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def _atomic_write_parquet(path: Path, frame: pd.DataFrame) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    table = pa.Table.from_pandas(frame, preserve_index=False)
+    pq.write_table(table, tmp)
+    os.replace(tmp, path)
+
+
+def _json_default(value: Any) -> Any:
+    # numpy scalars, paths and tuples appear in configs; everything else is a user error.
+    if hasattr(value, "item") and callable(value.item):
+        return value.item()
+    if isinstance(value, (Path, set, frozenset)):
+        return str(value) if isinstance(value, Path) else sorted(value)
+    if hasattr(value, "to_dict"):
+        return value.to_dict()
+    raise TypeError(
+        f"Value {value!r} of type {type(value).__name__} cannot be stored in trace metadata; "
+        "pass JSON-compatible values (numbers, strings, lists, dicts) in config/ground_truth."
+    )
+
+
+def _dump_json(obj: dict[str, Any]) -> bytes:
+    return json.dumps(obj, indent=2, sort_keys=True, default=_json_default).encode()
+
+
+@dataclass
+class Trace:
+    """A recorded training run.
+
+    Attributes
+    ----------
+    steps : pandas.DataFrame
+        One row per step; columns in :data:`STEP_COLUMNS`.
+    stats : pandas.DataFrame
+        One row per (recorded step, module); columns in :data:`STAT_COLUMNS`.
+    modules : pandas.DataFrame
+        One row per monitored module; columns in :data:`MODULE_COLUMNS`.
+    meta : dict
+        Schema version, config, seed, library versions, status and ground truth.
+    """
+
+    steps: pd.DataFrame
+    stats: pd.DataFrame
+    modules: pd.DataFrame
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def module_names(self) -> list[str]:
+        """Monitored modules in forward order (definition order for never-called ones)."""
+        mods = self.modules.copy()
+        never = mods["forward_order"] < 0
+        mods.loc[never, "forward_order"] = mods["forward_order"].max() + 1 + mods.loc[never, "order"]
+        return mods.sort_values(["forward_order", "order"])["module_name"].tolist()
+
+    @property
+    def n_steps(self) -> int:
+        """Number of steps in the trace."""
+        return int(len(self.steps))
+
+    @property
+    def ground_truth(self) -> dict[str, Any] | None:
+        """The scenario's ground truth when a failure-zoo run wrote it, else ``None``."""
+        return self.meta.get("ground_truth")
+
+    def stat(self, column: str) -> pd.DataFrame:
+        """One statistic as a wide table: rows are steps, columns modules in forward order.
+
+        Parameters
+        ----------
+        column : str
+            A column of :data:`STAT_COLUMNS` other than ``step`` and ``module_name``.
+
+        Raises
+        ------
+        KeyError
+            If ``column`` is not a statistic of the trace.
+        """
+        if column not in self.stats.columns or column in ("step", "module_name"):
+            valid = [c for c in self.stats.columns if c not in ("step", "module_name")]
+            raise KeyError(f"Unknown statistic {column!r}. Valid statistics are: {valid}")
+        wide = self.stats.pivot_table(
+            index="step", columns="module_name", values=column, aggfunc="last", dropna=False
+        )
+        order = [m for m in self.module_names if m in wide.columns]
+        return wide.reindex(columns=order)
+
+    def save(self, path: str | os.PathLike[str], *, overwrite: bool = False) -> Path:
+        """Write the trace as a directory of Parquet tables and ``meta.json``.
+
+        Parameters
+        ----------
+        path : str or path-like
+            Target directory; created if missing.
+        overwrite : bool, default=False
+            Replace an existing trace in ``path``.
+
+        Returns
+        -------
+        pathlib.Path
+            The directory written.
+        """
+        writer = TraceWriter(path, overwrite=overwrite)
+        writer.write_modules(self.modules)
+        if len(self.steps) or len(self.stats):
+            writer.write_chunk(self.steps, self.stats)
+        writer.write_meta(self.meta)
+        return writer.root
+
+
+class TraceWriter:
+    """Writes a trace directory incrementally: modules once, then chunks, meta any time.
+
+    Parameters
+    ----------
+    path : str or path-like
+        Directory to write. Created if missing.
+    overwrite : bool, default=False
+        Allow replacing a directory that already holds a trace.
+
+    Raises
+    ------
+    FileExistsError
+        If ``path`` already holds a trace and ``overwrite`` is False.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, overwrite: bool = False) -> None:
+        self.root = Path(path)
+        if (self.root / "meta.json").exists():
+            if not overwrite:
+                raise FileExistsError(
+                    f"{self.root} already holds a trace (meta.json exists). Choose another "
+                    "directory or pass overwrite=True to replace it."
+                )
+            for sub in ("steps", "stats"):
+                for part in (self.root / sub).glob("part-*.parquet"):
+                    part.unlink()
+        (self.root / "steps").mkdir(parents=True, exist_ok=True)
+        (self.root / "stats").mkdir(parents=True, exist_ok=True)
+        self._n_chunks = 0
+
+    def write_meta(self, meta: dict[str, Any]) -> None:
+        """Write ``meta.json`` atomically (format tag and schema version included)."""
+        full = {"format": TRACE_FORMAT, "schema_version": SCHEMA_VERSION, **meta}
+        _atomic_write_bytes(self.root / "meta.json", _dump_json(full))
+
+    def write_modules(self, modules: pd.DataFrame) -> None:
+        """Write the module table."""
+        _atomic_write_parquet(self.root / "modules.parquet", modules)
+
+    def write_chunk(self, steps: pd.DataFrame, stats: pd.DataFrame) -> None:
+        """Write one chunk of steps and statistics, each under a temporary name then renamed."""
+        name = f"part-{self._n_chunks:06d}.parquet"
+        # stats first: a chunk counts as present once its steps file exists.
+        _atomic_write_parquet(self.root / "stats" / name, stats)
+        _atomic_write_parquet(self.root / "steps" / name, steps)
+        self._n_chunks += 1
+
+
+def _read_parts(root: Path, sub: str, columns: Iterable[str]) -> pd.DataFrame:
+    parts = sorted((root / sub).glob("part-*.parquet"))
+    frames = []
+    for part in parts:
+        if sub == "stats" and not (root / "steps" / part.name).exists():
+            continue  # a stats chunk whose steps chunk was never written: the run died between
+        try:
+            frames.append(pq.read_table(part).to_pandas())
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise TraceFormatError(
+                f"Trace chunk {part} is unreadable ({exc}). The file is truncated or not "
+                "Parquet; delete it to load the remaining chunks."
+            ) from exc
+    if not frames:
+        return pd.DataFrame({c: pd.Series(dtype="float64") for c in columns})
+    return pd.concat(frames, ignore_index=True)
+
+
+def load_trace(path: str | os.PathLike[str]) -> Trace:
+    """Load a trace directory written by :class:`NeuralDbg` or :meth:`Trace.save`.
+
+    Only Parquet and JSON are read; nothing is unpickled, so a trace from a colleague cannot
+    run code. A run that crashed or was killed loads with every chunk it finished.
+
+    Parameters
+    ----------
+    path : str or path-like
+        The trace directory.
+
+    Returns
+    -------
+    Trace
+
+    Raises
+    ------
+    TraceFormatError
+        If the directory, ``meta.json`` or ``modules.parquet`` is missing or unreadable, or
+        the directory is not a NeuralDBG trace.
+    SchemaVersionError
+        If the trace was written with a newer schema than this version reads.
+    """
+    root = Path(path)
+    if not root.is_dir():
+        raise TraceFormatError(
+            f"No trace directory at {root}: it does not exist or is not a directory. Pass the "
+            "directory given to trace.save(...) or NeuralDbg(out=...)."
+        )
+    meta_path = root / "meta.json"
+    if not meta_path.is_file():
+        raise TraceFormatError(
+            f"{meta_path} is missing: {root} is not a NeuralDBG trace directory (expected "
+            "meta.json, modules.parquet, steps/ and stats/)."
+        )
+    try:
+        meta = json.loads(meta_path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise TraceFormatError(f"{meta_path} is not valid JSON ({exc}); the file is damaged.") from exc
+    if not isinstance(meta, dict) or meta.get("format") != TRACE_FORMAT:
+        raise TraceFormatError(
+            f"{meta_path} does not describe a NeuralDBG trace (its 'format' field is "
+            f"{meta.get('format') if isinstance(meta, dict) else None!r}, expected {TRACE_FORMAT!r})."
+        )
+    version = meta.get("schema_version")
+    if not isinstance(version, int):
+        raise TraceFormatError(f"{meta_path} has no integer 'schema_version' (got {version!r}).")
+    if version > SCHEMA_VERSION:
+        raise SchemaVersionError(
+            f"Trace {root} uses schema version {version}, newer than the {SCHEMA_VERSION} this "
+            "NeuralDBG reads. Upgrade neuraldbg (pip install -U neuraldbg) to load it."
+        )
+    modules_path = root / "modules.parquet"
+    try:
+        modules = pq.read_table(modules_path).to_pandas()
+    except (pa.ArrowInvalid, OSError, FileNotFoundError) as exc:
+        raise TraceFormatError(
+            f"{modules_path} is missing or unreadable ({exc}); the trace directory is incomplete."
+        ) from exc
+    steps = _read_parts(root, "steps", STEP_COLUMNS)
+    stats = _read_parts(root, "stats", STAT_COLUMNS)
+    if len(steps):
+        steps = steps.sort_values("step", kind="stable").reset_index(drop=True)
+    return Trace(steps=steps, stats=stats, modules=modules, meta=meta)
