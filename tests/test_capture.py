@@ -1,0 +1,168 @@
+"""Capture: real training through real hooks on small models."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
+
+import neuraldbg as ndb
+
+
+def tanh_mlp(depth: int = 5, width: int = 32, d_in: int = 16) -> nn.Sequential:
+    layers: list[nn.Module] = []
+    d = d_in
+    for _ in range(depth):
+        layers += [nn.Linear(d, width), nn.Tanh()]
+        d = width
+    return nn.Sequential(*layers, nn.Linear(d, 1))
+
+
+def train(model: nn.Module, steps: int, *, input_scale: float = 1.0, lr: float = 0.05,
+          every: int = 1, out=None, seed: int = 0) -> ndb.NeuralDbg:
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(128, 16, generator=g)
+    y = x[:, :1].sin()
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    dbg = ndb.NeuralDbg(model, optimizer=opt, every=every, out=out, config={"lr": lr})
+    with dbg:
+        for _ in range(steps):
+            opt.zero_grad()
+            loss = ((model(x * input_scale) - y) ** 2).mean()
+            loss.backward()
+            opt.step()
+            dbg.step(loss)
+    return dbg
+
+
+def test_module_table_names_every_leaf_as_named_modules():
+    model = tanh_mlp()
+    trace = train(model, 200).trace
+    leaves = [n for n, m in model.named_modules() if len(list(m.children())) == 0]
+    assert sorted(trace.modules["module_name"]) == sorted(leaves)
+    assert trace.module_names == leaves  # Sequential: forward order == definition order
+    assert set(trace.stats["module_name"]) == set(leaves)
+    assert len(trace.steps) == 200
+    assert trace.steps["step"].tolist() == list(range(200))
+    fams = dict(zip(trace.modules["module_name"], trace.modules["activation_family"]))
+    assert fams["0"] == "linear" and fams["1"] == "tanh"
+
+
+def test_input_scaled_by_100_saturates_the_first_tanh():
+    torch.manual_seed(0)
+    base = tanh_mlp()
+    scaled = tanh_mlp()
+    scaled.load_state_dict(base.state_dict())
+    t_base = train(base, 200).trace
+    t_scaled = train(scaled, 200, input_scale=100.0).trace
+    sat_base = t_base.stat("act_frac_saturated")["1"]
+    sat_scaled = t_scaled.stat("act_frac_saturated")["1"]
+    assert sat_scaled.mean() > 0.8, sat_scaled.describe()
+    assert sat_base.mean() < 0.05
+    # a Linear output is never "saturated", however large
+    assert t_scaled.stat("act_frac_saturated")["0"].max() == 0.0
+    assert t_scaled.stat("act_max_abs")["0"].mean() > 20 * t_base.stat("act_max_abs")["0"].mean()
+    # the saturated tanh starves the first layer of gradient compared with the healthy run
+    assert t_scaled.stat("out_grad_norm")["0"].median() < t_base.stat("out_grad_norm")["0"].median()
+
+
+def test_per_step_scalars_match_an_independent_computation():
+    torch.manual_seed(1)
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = torch.randn(32, 4), torch.randn(32, 1)
+    expected_grad, expected_update, expected_act = [], [], []
+    with ndb.NeuralDbg(model, optimizer=opt) as dbg:
+        for _ in range(3):
+            opt.zero_grad()
+            h = model[0](x)
+            expected_act.append((h.abs().max().item(), (model[1](h) == 0).float().mean().item()))
+            loss = ((model(x) - y) ** 2).mean()
+            loss.backward()
+            expected_grad.append(torch.cat([p.grad.flatten() for p in model.parameters()]).norm())
+            before = [p.detach().clone() for p in model.parameters()]
+            opt.step()
+            expected_update.append(torch.cat([(p - b).flatten() for p, b in
+                                              zip(model.parameters(), before)]).norm())
+            dbg.step(loss)
+    trace = dbg.trace
+    np.testing.assert_allclose(trace.steps["grad_norm"], [g.item() for g in expected_grad],
+                               rtol=1e-5)
+    np.testing.assert_allclose(trace.steps["update_norm"], [u.item() for u in expected_update],
+                               rtol=1e-4)
+    np.testing.assert_allclose(trace.steps["lr"], 0.1)
+    max_abs = trace.stat("act_max_abs")["0"].to_numpy()
+    # model(x) was called twice per step in this test (h and loss): the max is the same value
+    np.testing.assert_allclose(max_abs, [a for a, _ in expected_act], rtol=1e-5)
+    np.testing.assert_allclose(trace.stat("act_frac_zero")["1"], [z for _, z in expected_act],
+                               rtol=1e-5)
+    assert (trace.stat("calls")["0"] == 2).all()
+
+
+class _CountScalarSyncs(TorchDispatchMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func is torch.ops.aten._local_scalar_dense.default:
+            self.count += 1
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("model_fn", [
+    lambda: tanh_mlp(depth=3),
+    lambda: nn.Sequential(nn.Conv2d(1, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.Flatten(),
+                          nn.Linear(4 * 6 * 6, 2), nn.Softmax(dim=-1)),
+])
+def test_no_host_sync_inside_hooks_between_flushes(model_fn):
+    model = model_fn()
+    is_conv = isinstance(model[0], nn.Conv2d)
+    x = torch.randn(8, 1, 8, 8) if is_conv else torch.randn(8, 16)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    # Count syncs for the same loop with and without NeuralDbg: the difference is ours.
+    def loop(dbg=None, n=10):
+        with _CountScalarSyncs() as mode:
+            for _ in range(n):
+                opt.zero_grad()
+                loss = model(x).pow(2).mean()
+                loss.backward()
+                opt.step()
+                if dbg is not None:
+                    dbg.step(loss)
+        return mode.count
+
+    without = loop()
+    with ndb.NeuralDbg(model, optimizer=opt, flush_every=1000) as dbg:
+        with_dbg = loop(dbg)
+    assert with_dbg == without, (with_dbg, without)
+    assert len(dbg.trace.steps) == 10
+
+
+def test_every_records_module_stats_on_sampled_steps_only():
+    dbg = train(tanh_mlp(depth=2), 40, every=16)
+    trace = dbg.trace
+    assert sorted(trace.stats["step"].unique()) == [0, 16, 32]
+    assert trace.steps["recorded"].sum() == 3
+    assert trace.steps["loss"].notna().all() and len(trace.steps) == 40
+
+
+def test_loss_spike_switches_to_every_step():
+    model = tanh_mlp(depth=2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x = torch.randn(64, 16)
+    y = torch.zeros(64, 1)
+    with ndb.NeuralDbg(model, optimizer=opt, every=50) as dbg:
+        for step in range(60):
+            opt.zero_grad()
+            scale = 1000.0 if step == 20 else 1.0
+            loss = ((model(x * scale) - y - scale) ** 2).mean()
+            loss.backward()
+            opt.step()
+            dbg.step(loss)
+    recorded = set(dbg.trace.stats["step"].unique())
+    assert {0, 50} <= recorded
+    assert set(range(21, 30)) <= recorded  # dense window after the spike at step 20
+    assert 10 not in recorded
