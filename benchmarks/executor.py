@@ -1,0 +1,214 @@
+"""The executor seam: how benchmark tasks run (local processes by default, Ray for big sweeps).
+
+A task is a module-level function and a dict of JSON-compatible keyword arguments; its
+result is JSON-compatible too. That keeps the two backends interchangeable: local worker
+processes (``concurrent.futures``) and a Ray cluster, where a task may land on another host
+and must not depend on the caller's memory. Results come back in task order; a progress
+bar advances as tasks finish, in whatever order they finish.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from typing import Any, Literal
+
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+__all__ = ["Executor", "LocalExecutor", "RayExecutor", "make_executor", "BACKENDS"]
+
+Task = tuple[Callable[..., Any], dict[str, Any]]
+
+#: Names accepted by ``--backend``.
+BACKENDS: tuple[str, ...] = ("local", "ray")
+
+
+def _init_worker() -> None:
+    """Worker set-up: one torch thread per process (the workers already fill the cores)."""
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    import torch
+
+    torch.set_num_threads(1)
+
+
+def _call(fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
+    return fn(**kwargs)
+
+
+def _progress(show: bool) -> Progress:
+    return Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        disable=not show,
+        transient=False,
+    )
+
+
+class Executor(ABC):
+    """Runs a batch of tasks and returns their results in task order.
+
+    Parameters
+    ----------
+    workers : int, optional
+        Parallel workers; defaults to the number of CPU cores.
+    progress : bool, default=True
+        Show a progress bar while the tasks run.
+    """
+
+    name: str = "base"
+
+    def __init__(self, workers: int | None = None, *, progress: bool = True) -> None:
+        if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int)
+                                    or workers < 1):
+            raise ValueError(f"workers must be a positive integer or None, got {workers!r}.")
+        self.workers = workers or os.cpu_count() or 1
+        self.progress = progress
+
+    @abstractmethod
+    def map(self, tasks: Sequence[Task], *, description: str = "tasks") -> list[Any]:
+        """Run ``fn(**kwargs)`` for every ``(fn, kwargs)`` in ``tasks``; results in task order."""
+
+    def close(self) -> None:
+        """Release the backend's resources (no-op for local processes)."""
+
+    def __enter__(self) -> Executor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class LocalExecutor(Executor):
+    """Worker processes on this machine (``concurrent.futures``, the default backend).
+
+    With one worker the tasks run in the calling process, one after the other (no start-up
+    cost, simplest to debug). Worker processes are started with ``spawn``: forking a process
+    that already initialised torch's thread pools can deadlock.
+    """
+
+    name = "local"
+
+    def map(self, tasks: Sequence[Task], *, description: str = "tasks") -> list[Any]:
+        results: list[Any] = [None] * len(tasks)
+        if not tasks:
+            return results
+        with _progress(self.progress) as bar:
+            job = bar.add_task(description, total=len(tasks))
+            if self.workers == 1 or len(tasks) == 1:
+                for i, (fn, kwargs) in enumerate(tasks):
+                    results[i] = fn(**kwargs)
+                    bar.advance(job)
+                return results
+            ctx = multiprocessing.get_context("spawn")
+            with ProcessPoolExecutor(max_workers=min(self.workers, len(tasks)), mp_context=ctx,
+                                     initializer=_init_worker) as pool:
+                futures = {pool.submit(_call, fn, kwargs): i for i, (fn, kwargs) in
+                           enumerate(tasks)}
+                for fut in as_completed(futures):
+                    results[futures[fut]] = fut.result()
+                    bar.advance(job)
+        return results
+
+
+class RayExecutor(Executor):
+    """Tasks as Ray remote functions: a local Ray instance, or a cluster given by ``address``.
+
+    Ray is an optional extra (``pip install .[ray]``). Each task asks for one CPU, so Ray
+    schedules as many at once as the cluster has cores.
+
+    Parameters
+    ----------
+    workers : int, optional
+        CPUs of the local Ray instance started here (ignored when joining a cluster).
+    address : str, optional
+        Address of a running Ray cluster (``"auto"`` or ``"ray://host:10001"``); default: start
+        a local instance and shut it down on :meth:`close`.
+    progress : bool, default=True
+        Show a progress bar.
+
+    Raises
+    ------
+    ImportError
+        If Ray is not installed.
+    """
+
+    name = "ray"
+
+    def __init__(self, workers: int | None = None, *, address: str | None = None,
+                 progress: bool = True) -> None:
+        super().__init__(workers, progress=progress)
+        try:
+            import ray
+        except ImportError as exc:
+            raise ImportError(
+                "--backend ray needs Ray, an optional extra: pip install -c constraints.txt "
+                "'.[ray]' (or use the default --backend local)."
+            ) from exc
+        self._ray = ray
+        self._started = False
+        if not ray.is_initialized():
+            if address is None:
+                ray.init(num_cpus=self.workers, include_dashboard=False, log_to_driver=False,
+                         configure_logging=False,
+                         runtime_env={"env_vars": {"OMP_NUM_THREADS": "1"}})
+            else:
+                ray.init(address=address, log_to_driver=False)
+            self._started = True
+        self._remote = ray.remote(num_cpus=1)(_ray_call)
+
+    def map(self, tasks: Sequence[Task], *, description: str = "tasks") -> list[Any]:
+        ray = self._ray
+        results: list[Any] = [None] * len(tasks)
+        if not tasks:
+            return results
+        refs = [self._remote.remote(fn, kwargs) for fn, kwargs in tasks]
+        index = {ref: i for i, ref in enumerate(refs)}
+        pending = list(refs)
+        with _progress(self.progress) as bar:
+            job = bar.add_task(description, total=len(tasks))
+            while pending:
+                done, pending = ray.wait(pending, num_returns=1)
+                for ref in done:
+                    results[index[ref]] = ray.get(ref)
+                    bar.advance(job)
+        return results
+
+    def close(self) -> None:
+        if self._started and self._ray.is_initialized():
+            self._ray.shutdown()
+            self._started = False
+
+
+def _ray_call(fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
+    _init_worker()
+    return fn(**kwargs)
+
+
+def make_executor(backend: Literal["local", "ray"] = "local", workers: int | None = None, *,
+                  progress: bool = True) -> Executor:
+    """Build the executor named by ``--backend``.
+
+    Parameters
+    ----------
+    backend : {"local", "ray"}, default="local"
+        Local worker processes, or Ray.
+    workers : int, optional
+        Parallel workers (default: the number of CPU cores).
+    progress : bool, default=True
+        Show a progress bar.
+
+    Raises
+    ------
+    ValueError
+        If ``backend`` is not one of :data:`BACKENDS`.
+    """
+    if backend == "local":
+        return LocalExecutor(workers, progress=progress)
+    if backend == "ray":
+        return RayExecutor(workers, progress=progress)
+    raise ValueError(f"Unknown backend {backend!r}. Valid backends are: {list(BACKENDS)}")

@@ -1,0 +1,142 @@
+"""Benchmark metrics against values computed by hand."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from benchmarks import metrics as M
+from neuraldbg.records import Hypothesis
+
+
+def H(ft: str, rc: str, conf: float, layer: str = "0", step: int = 0) -> Hypothesis:
+    return Hypothesis(ft, rc, layer, step, conf, {})
+
+
+CONF = [0.9, 0.9, 0.62, 0.1]
+CORRECT = [True, False, True, False]
+
+
+def test_ece_by_hand() -> None:
+    # bin (13/15, 14/15]: two runs, accuracy 0.5, confidence 0.9 -> 0.4 * 2/4 = 0.2
+    # bin (9/15, 10/15]: 0.62, correct -> 0.38 * 1/4 = 0.095; bin (1/15, 2/15]: 0.1, wrong -> 0.025
+    assert M.expected_calibration_error(CONF, CORRECT, 15) == pytest.approx(0.32)
+    t = M.reliability_table(CONF, CORRECT, 15)
+    assert t["count"].sum() == 4
+    assert t.loc[13, "count"] == 2 and t.loc[13, "accuracy"] == 0.5
+    assert t.loc[9, "count"] == 1 and t.loc[1, "count"] == 1
+
+
+def test_brier_and_nll_by_hand() -> None:
+    assert M.brier_score(CONF, CORRECT) == pytest.approx((0.01 + 0.81 + 0.38**2 + 0.01) / 4)
+    nll = -(math.log(0.9) + math.log(0.1) + math.log(0.62) + math.log(0.9)) / 4
+    assert M.negative_log_likelihood(CONF, CORRECT) == pytest.approx(nll)
+    # a certain wrong answer is clipped, not infinite
+    assert M.negative_log_likelihood([1.0], [False]) == pytest.approx(-math.log(1e-6))
+    with pytest.raises(ValueError, match=r"\[0, 1\]"):
+        M.brier_score([1.5], [True])
+
+
+def test_rank_metrics_by_hand() -> None:
+    ranks = [1, 2, np.nan, 4]
+    assert M.ac_at_k(ranks, 1) == 0.25
+    assert M.ac_at_k(ranks, 3) == 0.5
+    assert M.avg_at_k(ranks, 5) == pytest.approx((0.25 + 0.5 + 0.5 + 0.75 + 0.75) / 5)
+    assert M.mean_reciprocal_rank(ranks) == pytest.approx((1 + 0.5 + 0 + 0.25) / 4)
+
+
+def test_cause_rank_counts_distinct_causes_in_list_order() -> None:
+    hyps = [H("exploding_gradients", "learning_rate_too_high", 0.8),
+            H("loss_divergence", "learning_rate_too_high", 0.7),
+            H("exploding_gradients", "init_scale_too_large", 0.3)]
+    assert M.cause_rank(hyps, "learning_rate_too_high") == 1
+    assert M.cause_rank(hyps, "init_scale_too_large") == 2
+    assert M.cause_rank(hyps, "negative_bias_init") is None
+
+
+def test_predicted_label_threshold() -> None:
+    assert M.predicted_label([]) == ("healthy", 1.0)
+    assert M.predicted_label([H("dead_neurons", "x", 0.3)]) == ("healthy", pytest.approx(0.7))
+    assert M.predicted_label([H("dead_neurons", "x", 0.5)]) == ("dead_neurons", 0.5)
+
+
+def test_score_run_by_hand() -> None:
+    truth = {"failure_type": "dead_neurons", "root_cause": "negative_bias_init",
+             "origin_layers": ["net.2", "net.3"], "onset_step": 10, "onset_tolerance": 3}
+    hyps = [H("dead_neurons", "learning_rate_too_high", 0.9, "net.3", 14),
+            H("dead_neurons", "negative_bias_init", 0.6, "net.2", 10)]
+    s = M.score_run(hyps, truth)
+    assert s["failure_correct"] and s["confidence"] == 0.9
+    assert s["cause_rank"] == 2.0
+    assert s["layer_correct"] is True
+    assert s["onset_error"] == 4.0 and s["onset_hit"] is False
+    healthy = {"failure_type": "healthy", "root_cause": "none", "origin_layers": [],
+               "onset_step": None, "onset_tolerance": 0}
+    s = M.score_run(hyps, healthy)
+    assert not s["failure_correct"] and s["flagged"] and math.isnan(s["cause_rank"])
+    s = M.score_run([H("dead_neurons", "x", 0.2)], healthy)
+    assert s["failure_correct"] and not s["flagged"] and s["confidence"] == pytest.approx(0.8)
+
+
+def test_mcnemar_by_hand() -> None:
+    a = [1, 1, 1, 0, 0, 1]
+    b = [0, 0, 0, 0, 1, 1]
+    res = M.mcnemar_test(a, b)
+    assert (res["a_only"], res["b_only"], res["both"], res["neither"]) == (3, 1, 1, 1)
+    # exact: 2 * P(X <= 1), X ~ Binomial(4, 1/2) = 2 * 5/16
+    assert res["pvalue"] == pytest.approx(0.625)
+    assert M.mcnemar_test([1, 0], [1, 0])["pvalue"] == 1.0
+
+
+def test_bootstrap_interval_is_seeded_and_sensible() -> None:
+    x = np.array([0.0, 1.0] * 50)
+    est, lo, hi = M.bootstrap_ci({"x": x}, lambda x: np.mean(x), n_resamples=2000, seed=1)
+    assert est == 0.5
+    # normal approximation: 1.96 * sqrt(0.25 / 100) = 0.098
+    assert 0.39 < lo < 0.42 and 0.58 < hi < 0.61
+    assert M.bootstrap_ci({"x": x}, lambda x: np.mean(x), n_resamples=2000, seed=1) == (est, lo, hi)
+    assert M.bootstrap_ci({"x": np.ones(7)}, lambda x: np.mean(x)) == (1.0, 1.0, 1.0)
+
+
+def test_summarize_by_hand() -> None:
+    rows = [
+        # failing, right type, cause at rank 1, layer right, onset off by 2 (tolerance 3)
+        dict(true_failure="dead_neurons", failure_correct=True, cause_rank=1.0, layer_correct=True,
+             onset_hit=True, onset_error=2.0, flagged=True, confidence=0.8, latency=1.0),
+        # failing, wrong type, cause at rank 3, layer wrong, onset off by 10
+        dict(true_failure="vanishing_gradients", failure_correct=False, cause_rank=3.0,
+             layer_correct=False, onset_hit=False, onset_error=10.0, flagged=True, confidence=0.6,
+             latency=np.nan),
+        # healthy, flagged (false positive)
+        dict(true_failure="healthy", failure_correct=False, cause_rank=np.nan, layer_correct=None,
+             onset_hit=None, onset_error=np.nan, flagged=True, confidence=0.7, latency=np.nan),
+        # healthy, silent
+        dict(true_failure="healthy", failure_correct=True, cause_rank=np.nan, layer_correct=None,
+             onset_hit=None, onset_error=np.nan, flagged=False, confidence=1.0, latency=np.nan),
+    ]
+    s = M.summarize(pd.DataFrame(rows), n_resamples=200)
+    assert s["failure_accuracy"]["value"] == 0.5
+    assert s["failure_accuracy_failing"]["value"] == 0.5
+    assert s["cause_ac@1"]["value"] == 0.5 and s["cause_ac@3"]["value"] == 1.0
+    assert s["cause_mrr"]["value"] == pytest.approx((1 + 1 / 3) / 2)
+    assert s["layer_accuracy"]["value"] == 0.5
+    assert s["onset_hit"]["value"] == 0.5 and s["onset_median_error"]["value"] == 6.0
+    assert s["detection_rate"]["value"] == 0.5
+    assert s["detection_median_latency"]["value"] == 1.0
+    assert s["healthy_fpr"]["value"] == 0.5
+    assert s["brier"]["value"] == pytest.approx((0.04 + 0.36 + 0.49 + 0.0) / 4)
+    for v in s.values():
+        assert v["low"] <= v["value"] <= v["high"] or math.isnan(v["low"])
+
+
+def test_counterfactual_validity_and_repair_by_hand() -> None:
+    cases = pd.DataFrame({"p_failure": [0.9, 0.2, 0.6, 0.1],
+                          "actual_failure": [True, False, False, True]})
+    v = M.counterfactual_validity(cases, n_resamples=100)
+    assert v["accuracy"]["value"] == 0.5
+    assert v["brier"]["value"] == pytest.approx((0.01 + 0.04 + 0.36 + 0.81) / 4)
+    r = M.repair_rate(pd.DataFrame({"repaired": [True, False, True]}), n_resamples=100)
+    assert r["value"] == pytest.approx(2 / 3)
