@@ -1,0 +1,558 @@
+"""Discretization: a trace becomes a bounded set of discrete states, the network's evidence.
+
+A run of any length and any depth is cut into ``n_slices`` time slices and ``n_blocks``
+layer blocks, so the unrolled network has the same size for a 3-layer MLP over 50 steps and
+a 100-module model over 10,000 steps.
+
+Time slices
+    An onset is located without ground truth (first non-finite loss, first global gradient
+    norm 100x its early median, or first loss 3x its early median). With an onset at step
+    ``o``, the steps before it are split evenly into ``n_slices - 2`` slices, slice
+    ``n_slices - 2`` is the onset window ``[o, o + w)`` and the last slice is the rest of the
+    run. Without an onset the run is split evenly ("across the run"). A slice without
+    statistics takes the state of its nearest observed neighbour (a run sick from step 0 is
+    sick in every slice before the onset window too).
+Layer blocks
+    Monitored modules in forward order, cut into ``n_blocks`` consecutive groups.
+
+States (all thresholds in :class:`Bins`, documented there):
+
+- ``grad[b]@t`` in :data:`GRAD_STATES`: gradient health of block ``b`` in slice ``t``, from
+  the mean log10 parameter-gradient norm (output-gradient norm for blocks without
+  parameters).
+- ``act[b]@t`` in :data:`ACT_STATES`: activation health from dead-unit and saturation shares
+  of the block's activation modules and from non-finite or huge outputs.
+- ``loss@t`` in :data:`LOSS_STATES`: the loss in slice ``t`` against its start.
+- Run-level evidence on the knobs: ``update`` (early ||dW||/||W||, tells a learning-rate
+  level), ``fwd_gain`` (activation scale last block / first block at the first recorded step,
+  tells an init scale), ``input_mag`` (scale of the first layer's output), ``lr_config``
+  (configured learning rate against the optimizer's usual range).
+- Observed knob and context nodes: ``activation``, ``normalization``, ``clipping``,
+  ``depth``, ``arch``; read from the module table first and the run config second.
+
+Nothing here reads ``trace.meta["ground_truth"]``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from neuraldbg.trace import Trace
+
+__all__ = [
+    "GRAD_STATES",
+    "ACT_STATES",
+    "LOSS_STATES",
+    "UPDATE_STATES",
+    "GAIN_STATES",
+    "INPUT_STATES",
+    "LR_CONFIG_STATES",
+    "ACTIVATION_STATES",
+    "NORMALIZATION_STATES",
+    "CLIPPING_STATES",
+    "DEPTH_STATES",
+    "ARCH_STATES",
+    "Bins",
+    "Discretized",
+    "discretize",
+    "slice_node",
+    "observe_knobs",
+]
+
+GRAD_STATES: tuple[str, ...] = ("healthy", "vanishing", "exploding", "nonfinite")
+ACT_STATES: tuple[str, ...] = ("normal", "saturated", "dead", "anomalous")
+LOSS_STATES: tuple[str, ...] = ("decreasing", "low", "flat", "rising", "nonfinite")
+UPDATE_STATES: tuple[str, ...] = ("tiny", "small", "normal", "large", "nonfinite")
+GAIN_STATES: tuple[str, ...] = ("shrinking", "stable", "growing")
+INPUT_STATES: tuple[str, ...] = ("normal", "large")
+LR_CONFIG_STATES: tuple[str, ...] = ("low", "typical", "high", "unknown")
+ACTIVATION_STATES: tuple[str, ...] = ("relu", "leaky_relu", "gelu", "tanh", "sigmoid", "other")
+NORMALIZATION_STATES: tuple[str, ...] = ("none", "batch", "layer")
+CLIPPING_STATES: tuple[str, ...] = ("none", "clipped")
+DEPTH_STATES: tuple[str, ...] = ("shallow", "deep")
+ARCH_STATES: tuple[str, ...] = ("feedforward", "convolutional", "recurrent", "attention")
+
+_ACT_TYPES = {
+    "ReLU": "relu", "ReLU6": "relu", "ELU": "relu", "CELU": "relu", "SELU": "relu",
+    "LeakyReLU": "leaky_relu", "PReLU": "leaky_relu", "RReLU": "leaky_relu",
+    "GELU": "gelu", "SiLU": "gelu", "Mish": "gelu", "Hardswish": "gelu",
+    "Tanh": "tanh", "Hardtanh": "tanh", "Softsign": "tanh",
+    "Sigmoid": "sigmoid", "Hardsigmoid": "sigmoid",
+}
+_ACT_NAMES = {"relu": "relu", "leaky_relu": "leaky_relu", "leakyrelu": "leaky_relu",
+              "gelu": "gelu", "silu": "gelu", "swish": "gelu", "tanh": "tanh",
+              "sigmoid": "sigmoid"}
+_LR_REFERENCE = {"sgd": 3e-2, "adam": 1e-3, "adamw": 1e-3, "rmsprop": 1e-3, "adagrad": 1e-2}
+_WEIGHTED_TYPES = ("Linear", "Conv", "RNN", "GRU", "LSTM", "Embedding", "Bilinear",
+                   "MultiheadAttention")
+
+
+@dataclass(frozen=True, slots=True)
+class Bins:
+    """Thresholds of the discretization (log10 units unless said otherwise).
+
+    Attributes
+    ----------
+    vanish_abs : float
+        A block whose mean log10 gradient norm is below this is ``vanishing`` (1e-7).
+    vanish_rel : float
+        ... or more than this many decades below the output block's in the same slice.
+    explode_growth : float
+        A block whose gradient grew by more than this many decades since the first slice is
+        ``exploding`` ...
+    explode_abs : float
+        ... or whose mean log10 gradient norm exceeds this (1e3).
+    dead_frac : float
+        Share of units dead for the whole batch (rectifier outputs) above which a block is
+        ``dead``.
+    saturated_frac : float
+        Share of saturated outputs (sigmoid/tanh/softmax modules) above which it is
+        ``saturated``.
+    anomalous_act : float
+        log10 of max |activation| above which a block is ``anomalous`` (also any NaN/Inf).
+    loss_low : float
+        Slice median loss below this fraction of the early loss: ``low`` (learned).
+    loss_rising : float
+        Slice median above this multiple of the early loss: ``rising``.
+    loss_decrease : float
+        Slice median below this fraction of the previous slice's: ``decreasing``.
+    update_edges : tuple of float
+        log10 early update ratio edges between tiny | small | normal | large.
+    gain_edge : float
+        Decades of activation-scale change across the depth counted as shrinking/growing.
+    input_large : float
+        log10 std of the first weighted layer's output above which inputs count as large.
+    lr_config_edges : tuple of float
+        Decades of the configured lr against the optimizer's usual value: low | typical | high.
+    deep_layers : int
+        Weighted layers from which a model counts as ``deep``.
+    spike_factor : float
+        Onset: a loss above this multiple of its early median.
+    grad_spike : float
+        Onset: a global gradient norm above this multiple of its early median.
+    """
+
+    vanish_abs: float = -7.0
+    vanish_rel: float = -4.0
+    explode_growth: float = 2.0
+    explode_abs: float = 3.0
+    dead_frac: float = 0.5
+    saturated_frac: float = 0.5
+    anomalous_act: float = 4.0
+    loss_low: float = 0.5
+    loss_rising: float = 1.5
+    loss_decrease: float = 0.95
+    update_edges: tuple[float, float, float] = (-5.0, -3.0, -1.3)
+    gain_edge: float = 1.0
+    input_large: float = 1.0
+    lr_config_edges: tuple[float, float] = (-1.5, 1.0)
+    deep_layers: int = 8
+    spike_factor: float = 3.0
+    grad_spike: float = 100.0
+
+
+@dataclass(frozen=True, slots=True)
+class Discretized:
+    """The discrete view of one trace.
+
+    Attributes
+    ----------
+    states : dict of str to str
+        Node name -> observed state, for every evidence node (slice, run-level and knobs).
+    slices : tuple of (int, int)
+        ``[start, end)`` steps of each slice.
+    blocks : tuple of tuple of str
+        Module names of each block, in forward order.
+    onset_step : int or None
+        Located onset (no ground truth used), or None when the run shows none.
+    features : dict of str to float
+        The continuous value behind each state (log10 units as in :class:`Bins`).
+    """
+
+    states: dict[str, str]
+    slices: tuple[tuple[int, int], ...]
+    blocks: tuple[tuple[str, ...], ...]
+    onset_step: int | None
+    features: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-dict form."""
+        return {"states": dict(self.states), "slices": [list(s) for s in self.slices],
+                "blocks": [list(b) for b in self.blocks], "onset_step": self.onset_step,
+                "features": dict(self.features)}
+
+
+def slice_node(kind: str, t: int, block: int | None = None) -> str:
+    """Name of a slice node: ``loss@t``, ``grad[b]@t`` or ``act[b]@t``."""
+    return f"{kind}@{t}" if block is None else f"{kind}[{block}]@{t}"
+
+
+def _log10(x: np.ndarray) -> np.ndarray:
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.log10(np.maximum(np.abs(x), 1e-30))
+
+
+def _early(values: np.ndarray, n_steps: int) -> float:
+    k = max(3, n_steps // 50)
+    head = values[:k]
+    head = head[np.isfinite(head)]
+    return float(np.median(head)) if head.size else float("nan")
+
+
+def _locate_onset(steps: pd.DataFrame, bins: Bins) -> tuple[int | None, int | None]:
+    """(first anomaly step, first non-finite step); either may be None."""
+    n = len(steps)
+    if n == 0:
+        return None, None
+    step = steps["step"].to_numpy()
+    loss = steps["loss"].to_numpy(dtype=float)
+    gnorm = steps["grad_norm"].to_numpy(dtype=float)
+    hits = []
+    bad = ~np.isfinite(loss) | ~np.isfinite(gnorm)
+    nonfinite = int(step[np.argmax(bad)]) if bad.any() else None
+    if nonfinite is not None:
+        hits.append(nonfinite)
+    l0, g0 = _early(loss, n), _early(gnorm, n)
+    if np.isfinite(l0) and l0 > 0:
+        spike = np.isfinite(loss) & (loss > bins.spike_factor * l0)
+        if spike.any():
+            hits.append(int(step[np.argmax(spike)]))
+    if np.isfinite(g0) and g0 > 0:
+        spike = np.isfinite(gnorm) & (gnorm > bins.grad_spike * g0)
+        if spike.any():
+            hits.append(int(step[np.argmax(spike)]))
+    return (min(hits) if hits else None), nonfinite
+
+
+def _slice_bounds(n_steps: int, onset: int | None, nonfinite: int | None, n_slices: int,
+                  first: int) -> list[int]:
+    """Boundaries b_0 <= ... (len n_slices + 1), possibly with empty slices.
+
+    The onset window runs from the first anomaly to the first non-finite step when that
+    comes later (the lead of an explosion), else for 5% of the run.
+    """
+    end = first + n_steps
+    if onset is None or n_slices < 3:
+        return [int(round(first + i * n_steps / n_slices)) for i in range(n_slices + 1)]
+    o = max(first, min(onset, end - 1))
+    w = max(1, int(round(0.05 * n_steps)))
+    stop = nonfinite if nonfinite is not None and nonfinite > o else min(o + w, end)
+    pre = [int(round(first + i * (o - first) / (n_slices - 2))) for i in range(n_slices - 1)]
+    return pre + [stop, end]
+
+
+def _fill_empty(values: list[Any], observed: list[bool]) -> list[Any]:
+    """Each unobserved slice takes the nearest observed slice's value (later first)."""
+    if not any(observed):
+        return values
+    out = list(values)
+    idx = [i for i, ok in enumerate(observed) if ok]
+    for i, ok in enumerate(observed):
+        if not ok:
+            later = [j for j in idx if j > i]
+            out[i] = values[later[0] if later else idx[-1]]
+    return out
+
+
+def observe_knobs(trace: Trace, bins: Bins | None = None) -> dict[str, str]:
+    """Observed knob and context states of a run, from its module table and config.
+
+    Parameters
+    ----------
+    trace : Trace
+        The run.
+    bins : Bins, optional
+        Thresholds (only ``deep_layers`` and ``lr_config_edges`` are used).
+
+    Returns
+    -------
+    dict
+        ``activation``, ``normalization``, ``clipping``, ``depth``, ``arch`` and
+        ``lr_config`` states.
+    """
+    bins = bins or Bins()
+    config = trace.meta.get("config") or {}
+    types = trace.modules["module_type"].astype(str).tolist()
+    acts = [_ACT_TYPES[t] for t in types if t in _ACT_TYPES]
+    if acts:
+        activation = max(set(acts), key=lambda a: (acts.count(a), a))
+    else:
+        activation = _ACT_NAMES.get(str(config.get("activation", "")).lower(), "other")
+    if any(t.startswith("BatchNorm") for t in types):
+        normalization = "batch"
+    elif any(t in ("LayerNorm", "GroupNorm", "RMSNorm") for t in types):
+        normalization = "layer"
+    else:
+        norm_cfg = str(config.get("normalization") or "none").lower()
+        normalization = norm_cfg if norm_cfg in NORMALIZATION_STATES else "none"
+    clip = config.get("grad_clip")
+    clipping = "clipped" if isinstance(clip, (int, float)) and clip and clip > 0 else "none"
+    n_weighted = sum(any(t.startswith(w) for w in _WEIGHTED_TYPES) for t in types)
+    recurrent_layers = int(config.get("num_layers", 1) or 1)
+    depth = "deep" if n_weighted >= bins.deep_layers else "shallow"
+    if any(t in ("RNN", "GRU", "LSTM", "RNNCell", "GRUCell", "LSTMCell") for t in types):
+        arch = "recurrent"
+        depth = "deep" if recurrent_layers >= 4 or n_weighted >= bins.deep_layers else depth
+    elif any("Attention" in t for t in types):
+        arch = "attention"
+    elif any(t.startswith("Conv") for t in types):
+        arch = "convolutional"
+    else:
+        arch = "feedforward"
+    lr = config.get("lr")
+    opt = str(config.get("optimizer") or trace.meta.get("optimizer_class") or "").lower()
+    ref = _LR_REFERENCE.get(opt)
+    if isinstance(lr, (int, float)) and lr > 0 and ref is not None:
+        decades = math.log10(lr / ref)
+        lo, hi = bins.lr_config_edges
+        lr_config = "low" if decades < lo else ("high" if decades > hi else "typical")
+    else:
+        lr_config = "unknown"
+    return {"activation": activation, "normalization": normalization, "clipping": clipping,
+            "depth": depth, "arch": arch, "lr_config": lr_config}
+
+
+def _grad_state(g: float, g_out: float, g_first: float, nonfinite: bool, bins: Bins,
+                is_output: bool) -> str:
+    """``g`` is the mean over the finite values of the cell: an explosion seen before the
+    values turned non-finite stays ``exploding``."""
+    exploding = np.isfinite(g) and (
+        g > bins.explode_abs or (np.isfinite(g_first) and g - g_first > bins.explode_growth))
+    if exploding:
+        return "exploding"
+    if nonfinite:
+        return "nonfinite"
+    if not np.isfinite(g):
+        return "healthy"
+    if g < bins.vanish_abs or (not is_output and np.isfinite(g_out)
+                               and g - g_out < bins.vanish_rel):
+        return "vanishing"
+    return "healthy"
+
+
+def _act_state(dead: float, sat: float, maxabs: float, nonfinite: bool, bins: Bins) -> str:
+    if nonfinite or (np.isfinite(maxabs) and maxabs > bins.anomalous_act):
+        return "anomalous"
+    if dead > bins.dead_frac:
+        return "dead"
+    if sat > bins.saturated_frac:
+        return "saturated"
+    return "normal"
+
+
+def _loss_states(steps: pd.DataFrame, bounds: list[int], onset: int | None,
+                 bins: Bins) -> tuple[list[str], list]:
+    step = steps["step"].to_numpy()
+    loss = steps["loss"].to_numpy(dtype=float)
+    # The reference is the early loss, taken before the onset when there is one.
+    before = loss[step < onset] if onset is not None else loss
+    l0 = _early(before if np.isfinite(before).any() else loss[:1], len(loss))
+    states, feats, observed = [], [], []
+    prev = l0
+    for t in range(len(bounds) - 1):
+        sel = (step >= bounds[t]) & (step < bounds[t + 1])
+        vals = loss[sel]
+        observed.append(bool(vals.size))
+        if not vals.size:
+            states.append("flat")
+            feats.append(float("nan"))
+            continue
+        if not np.isfinite(vals).all():
+            states.append("nonfinite")
+            feats.append(float("inf"))
+            continue
+        m = float(np.median(vals))
+        ratio = m / l0 if np.isfinite(l0) and abs(l0) > 1e-12 else 1.0
+        feats.append(ratio)
+        if ratio > bins.loss_rising:
+            states.append("rising")
+        elif ratio < bins.loss_low:
+            states.append("low")
+        elif np.isfinite(prev) and m < bins.loss_decrease * prev:
+            states.append("decreasing")
+        else:
+            states.append("flat")
+        prev = m
+    return _fill_empty(states, observed), feats
+
+
+def discretize(trace: Trace, *, n_slices: int = 4, n_blocks: int = 3,
+               bins: Bins | None = None) -> Discretized:
+    """Turn a trace into the discrete evidence of the time-sliced network.
+
+    Parameters
+    ----------
+    trace : Trace
+        A recorded run (never its ground truth).
+    n_slices : int, default=4
+        Time slices (>= 2).
+    n_blocks : int, default=3
+        Layer blocks (>= 1).
+    bins : Bins, optional
+        Thresholds; defaults to :class:`Bins`.
+
+    Returns
+    -------
+    Discretized
+
+    Raises
+    ------
+    ValueError
+        If the trace has no steps, or ``n_slices``/``n_blocks`` are out of range.
+    """
+    bins = bins or Bins()
+    if n_slices < 2 or n_blocks < 1:
+        raise ValueError(f"n_slices must be >= 2 and n_blocks >= 1, got {n_slices}, {n_blocks}.")
+    steps = trace.steps
+    if len(steps) == 0:
+        raise ValueError("The trace has no steps; record at least one training step.")
+    first = int(steps["step"].min())
+    n_steps = int(steps["step"].max()) - first + 1
+    onset, nonfinite = _locate_onset(steps, bins)
+    bounds = _slice_bounds(n_steps, onset, nonfinite, n_slices, first)
+    slices = tuple((bounds[i], bounds[i + 1]) for i in range(n_slices))
+    names = trace.module_names
+    blocks = tuple(tuple(b) for b in np.array_split(np.array(names, dtype=object), n_blocks))
+    blocks = tuple(b if b else blocks[-1] for b in blocks)  # fewer modules than blocks
+    states: dict[str, str] = {}
+    features: dict[str, float] = {}
+
+    loss_states, loss_feats = _loss_states(steps, bounds, onset, bins)
+    for t in range(n_slices):
+        states[slice_node("loss", t)] = loss_states[t]
+        features[slice_node("loss", t)] = loss_feats[t]
+
+    _block_states(trace, blocks, bounds, bins, states, features)
+    _run_states(trace, blocks, bins, states, features)
+    states.update(observe_knobs(trace, bins))
+    return Discretized(states=states, slices=slices, blocks=blocks, onset_step=onset,
+                       features=features)
+
+
+def _block_states(trace: Trace, blocks: tuple[tuple[str, ...], ...], bounds: list[int],
+                  bins: Bins, states: dict[str, str], features: dict[str, float]) -> None:
+    """Fill ``grad[b]@t`` and ``act[b]@t`` with one vectorised pass over the statistics."""
+    n_t, n_b = len(bounds) - 1, len(blocks)
+    mods = trace.modules.set_index("module_name")
+    block_of = {m: b for b, names in enumerate(blocks) for m in names}
+    stats = trace.stats
+    if len(stats) == 0:
+        for t in range(n_t):
+            for b in range(n_b):
+                states[slice_node("grad", t, b)] = "healthy"
+                states[slice_node("act", t, b)] = "normal"
+        return
+    name = stats["module_name"].to_numpy()
+    codes, uniq = pd.factorize(name)
+    blk_u = np.array([block_of.get(m, -1) for m in uniq])
+    weighted_u = np.array([float(mods.at[m, "n_trainable"]) > 0 if m in mods.index else False
+                           for m in uniq])
+    fam_u = np.array([str(mods.at[m, "activation_family"]) if m in mods.index else "other"
+                      for m in uniq])
+    blk = blk_u[codes]
+    weighted = weighted_u[codes]
+    fam = fam_u[codes]
+    t_idx = np.searchsorted(np.asarray(bounds[1:]), stats["step"].to_numpy(), side="right")
+    keep = (blk >= 0) & (t_idx < n_t)
+    cell = np.where(keep, t_idx * n_b + np.maximum(blk, 0), n_t * n_b)
+    n_cells = n_t * n_b + 1
+
+    def cell_mean(values: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        w = mask & np.isfinite(values)
+        s = np.bincount(cell, weights=np.where(w, values, 0.0), minlength=n_cells)
+        c = np.bincount(cell, weights=w.astype(float), minlength=n_cells)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return s / c, c
+
+    pg = stats["param_grad_norm"].to_numpy(dtype=float)
+    og = stats["out_grad_norm"].to_numpy(dtype=float)
+    g_param, n_param = cell_mean(_log10(pg), weighted & np.isfinite(pg))
+    g_out, _ = cell_mean(_log10(og), np.isfinite(og))
+    g = np.where(n_param > 0, g_param, g_out)
+    nan_act = stats["act_nan"].to_numpy(dtype=float) + stats["act_inf"].to_numpy(dtype=float)
+    bad = (nan_act > 0) | (~np.isfinite(og) & ~np.isnan(og)) | (weighted & ~np.isfinite(pg))
+    # A NaN output gradient right after the loss went non-finite is non-finite too.
+    bad |= np.isnan(og) & (stats["calls"].to_numpy(dtype=float) > 0) & np.isnan(
+        stats["act_mean"].to_numpy(dtype=float))
+    n_bad = np.bincount(cell, weights=bad.astype(float), minlength=n_cells)
+    n_obs = np.bincount(cell, minlength=n_cells)
+    rect = np.isin(fam, ("relu",))
+    satur = np.isin(fam, ("sigmoid", "tanh", "softmax"))
+    dead, _ = cell_mean(stats["act_frac_dead"].to_numpy(dtype=float), rect)
+    sat, _ = cell_mean(stats["act_frac_saturated"].to_numpy(dtype=float), satur)
+    maxabs = stats["act_max_abs"].to_numpy(dtype=float)
+    mx = np.full(n_cells, -np.inf)
+    finite = np.isfinite(maxabs)
+    np.maximum.at(mx, cell[finite], _log10(maxabs[finite]))
+
+    def at(arr: np.ndarray, t: int, b: int) -> float:
+        return float(arr[t * n_b + b])
+
+    for b in range(n_b):
+        g_first = next((at(g, t, b) for t in range(n_t) if np.isfinite(at(g, t, b))
+                        and at(n_bad, t, b) == 0), float("nan"))
+        g_states, a_states, observed = [], [], []
+        for t in range(n_t):
+            observed.append(at(n_obs, t, b) > 0)
+            nonfinite = at(n_bad, t, b) > 0
+            gv = at(g, t, b)
+            g_states.append(_grad_state(gv, at(g, t, n_b - 1), g_first, nonfinite, bins,
+                                        is_output=b == n_b - 1))
+            d = at(dead, t, b)
+            s = at(sat, t, b)
+            a_states.append(_act_state(d if np.isfinite(d) else 0.0, s if np.isfinite(s) else 0.0,
+                                       at(mx, t, b), nonfinite, bins))
+            features[slice_node("grad", t, b)] = gv
+            features[slice_node("act", t, b)] = d if np.isfinite(d) else 0.0
+        g_states = _fill_empty(g_states, observed)
+        a_states = _fill_empty(a_states, observed)
+        for t in range(n_t):
+            states[slice_node("grad", t, b)] = g_states[t]
+            states[slice_node("act", t, b)] = a_states[t]
+
+
+def _run_states(trace: Trace, blocks: tuple[tuple[str, ...], ...], bins: Bins,
+                states: dict[str, str], features: dict[str, float]) -> None:
+    """Run-level evidence on the knobs: update ratio, forward gain, input magnitude."""
+    steps = trace.steps
+    upd = steps["update_ratio"].to_numpy(dtype=float)
+    k = max(3, len(upd) // 20)
+    head = upd[:k]
+    if np.isfinite(head).any():
+        u = float(np.median(_log10(head[np.isfinite(head)])))
+        e = bins.update_edges
+        states["update"] = ("tiny" if u < e[0] else "small" if u < e[1]
+                            else "normal" if u < e[2] else "large")
+    else:
+        u = float("nan")
+        states["update"] = "nonfinite"
+    features["update"] = u
+    stats = trace.stats
+    gain, inp = float("nan"), float("nan")
+    if len(stats):
+        first_step = stats["step"].min()
+        s0 = stats[stats["step"] == first_step].set_index("module_name")
+        mods = trace.modules.set_index("module_name")
+        weighted = [m for m in trace.module_names
+                    if m in s0.index and float(mods.at[m, "n_trainable"]) > 0]
+        if weighted:
+            std = _log10(s0.loc[weighted, "act_std"].to_numpy(dtype=float))
+            inp = float(std[0])
+            n = len(weighted)
+            head_n = max(1, n // 3)
+            lo = std[:head_n]
+            hi = std[-head_n - 1:-1] if n > head_n + 1 else std[-head_n:]
+            if np.isfinite(lo).all() and np.isfinite(hi).all():
+                gain = float(np.mean(hi) - np.mean(lo))
+            elif not np.isfinite(hi).all():
+                gain = float("inf")
+    states["fwd_gain"] = ("growing" if gain > bins.gain_edge else
+                          "shrinking" if gain < -bins.gain_edge else "stable")
+    states["input_mag"] = "large" if np.isfinite(inp) and inp > bins.input_large else "normal"
+    features["fwd_gain"] = gain
+    features["input_mag"] = inp
