@@ -1,0 +1,68 @@
+"""What the ported baselines share: trace helpers and the symptom -> cause table.
+
+The peers name symptoms (vanishing gradient, dying ReLU, ...) and propose repairs; none
+names a root cause in NeuralDBG's vocabulary. To score them on cause ranking at all, each
+symptom maps to a fixed, ordered list of the causes that usually produce it
+(:data:`SYMPTOM_CAUSES`): the first is the one a practitioner would try first. The table is
+ours, not the peers', and the same for every baseline.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from neuraldbg.records import Hypothesis
+from neuraldbg.trace import Trace
+
+__all__ = ["SYMPTOM_CAUSES", "hypotheses_for", "param_layers", "wide", "loss_array"]
+
+#: Failure type -> causes in the order a practitioner would suspect them.
+SYMPTOM_CAUSES: dict[str, tuple[str, ...]] = {
+    "vanishing_gradients": ("saturating_activation", "init_scale_too_small",
+                            "missing_normalization"),
+    "exploding_gradients": ("learning_rate_too_high", "init_scale_too_large",
+                            "missing_gradient_clipping"),
+    "loss_divergence": ("learning_rate_too_high", "missing_gradient_clipping"),
+    "dead_neurons": ("negative_bias_init", "learning_rate_too_high"),
+    "saturated_activations": ("unnormalized_inputs", "saturating_activation",
+                              "init_scale_too_large"),
+    "training_plateau": ("learning_rate_too_low",),
+}
+
+
+def hypotheses_for(failure_type: str, origin_layer: str, origin_step: int, confidence: float,
+                   method: str, evidence: dict) -> list[Hypothesis]:
+    """One hypothesis per cause of :data:`SYMPTOM_CAUSES`, in its order, same confidence."""
+    return [
+        Hypothesis(failure_type=failure_type, root_cause=cause, origin_layer=origin_layer,
+                   origin_step=int(origin_step), confidence=float(confidence),
+                   metadata={"method": method, "cause_rank_in_table": i, "evidence": evidence})
+        for i, cause in enumerate(SYMPTOM_CAUSES.get(failure_type, ("unknown",)))
+    ]
+
+
+def wide(trace: Trace, column: str) -> pd.DataFrame:
+    """``trace.stat(column)`` (steps x modules in forward order), empty when not recorded."""
+    if trace.stats.empty or column not in trace.stats.columns:
+        return pd.DataFrame()
+    return trace.stat(column)
+
+
+def param_layers(trace: Trace) -> list[str]:
+    """Modules owning trainable parameters, in forward order."""
+    mods = trace.modules.set_index("module_name")
+    return [m for m in trace.module_names if m in mods.index and mods.at[m, "n_trainable"] > 0]
+
+
+def loss_array(trace: Trace) -> np.ndarray:
+    """Loss per step as float64 (NaN for a step that did not finish)."""
+    if trace.steps.empty:
+        return np.zeros(0)
+    return trace.steps["loss"].astype(float).to_numpy()
+
+
+def families(trace: Trace) -> dict[str, str]:
+    """Module name -> activation family."""
+    return dict(zip(trace.modules["module_name"], trace.modules["activation_family"],
+                    strict=True))

@@ -1,0 +1,151 @@
+"""Ported baselines: conformance on real runs, and each rule on the run it is made for."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from torch import nn
+
+import neuraldbg as ndb
+from benchmarks.baselines import BASELINES, get_method, list_methods
+from benchmarks.baselines.autotrainer import AutoTrainerBaseline
+from benchmarks.baselines.deepdiagnosis import DeepDiagnosisBaseline
+from neuraldbg.records import FAILURE_TYPES, ROOT_CAUSES, Hypothesis
+from neuraldbg.trace import Trace
+
+
+def _train(kind: str, steps: int = 60, seed: int = 0) -> Trace:
+    """A small real run under NeuralDbg: healthy, or broken in one known way."""
+    torch.manual_seed(seed)
+    x = torch.randn(128, 8)
+    y = (x[:, :2].sum(1, keepdim=True) > 0).float()
+    act = nn.Sigmoid if kind == "vanish" else nn.ReLU
+    depth = 8 if kind == "vanish" else 3
+    layers: list[nn.Module] = []
+    w = 8
+    for _ in range(depth):
+        layers += [nn.Linear(w, 16), act()]
+        w = 16
+    model = nn.Sequential(*layers, nn.Linear(w, 1))
+    if kind == "dead":  # the second ReLU's inputs are all negative: dead units there
+        with torch.no_grad():
+            model[2].bias.fill_(-8.0)
+    lr = {"explode": 20.0, "low": 1e-7}.get(kind, 0.2)
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    with ndb.NeuralDbg(model, optimizer=opt, config={"lr": lr}, seed=seed) as dbg:
+        for _ in range(steps):
+            opt.zero_grad()
+            loss = nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            opt.step()
+            dbg.step(loss)
+    return dbg.trace
+
+
+@pytest.fixture(scope="module")
+def runs() -> dict[str, Trace]:
+    torch.set_num_threads(1)
+    return {k: _train(k) for k in ("healthy", "vanish", "dead", "explode", "low")}
+
+
+def test_registered_by_name() -> None:
+    for name in BASELINES:
+        assert name in list_methods()
+        assert hasattr(get_method(name), "explain")
+
+
+@pytest.mark.parametrize("name", BASELINES)
+def test_conformance_on_real_runs(name: str, runs: dict[str, Trace]) -> None:
+    method = get_method(name)
+    for trace in runs.values():
+        hyps = method.explain(trace)
+        assert isinstance(hyps, list)
+        for h in hyps:
+            assert isinstance(h, Hypothesis)
+            assert h.failure_type in FAILURE_TYPES and h.root_cause in ROOT_CAUSES
+            assert 0.0 <= h.confidence <= 1.0
+            assert h.origin_layer in trace.module_names
+            assert 0 <= h.origin_step < trace.n_steps
+        conf = [h.confidence for h in hyps]
+        assert conf == sorted(conf, reverse=True)
+
+
+def test_divergence_named_by_every_baseline(runs: dict[str, Trace]) -> None:
+    trace = runs["explode"]
+    assert not np.isfinite(trace.steps["loss"]).all(), "the lr=20 run must blow up"
+    first_bad = int(trace.steps.loc[~np.isfinite(trace.steps["loss"]), "step"].iloc[0])
+    for name in BASELINES:
+        hyps = get_method(name).explain(trace)
+        assert hyps and hyps[0].confidence >= 0.5, name
+        div = [h for h in hyps if h.failure_type in ("loss_divergence", "exploding_gradients")]
+        assert div and div[0].root_cause == "learning_rate_too_high", name
+        assert div[0].origin_step <= first_bad, name
+    # DeepDiagnosis stops at its first symptom: the gradient variance explodes a step early
+    dd = get_method("deepdiagnosis").explain(trace)
+    assert {h.failure_type for h in dd} == {"exploding_gradients"}
+    assert dd[0].origin_step < first_bad
+    # AutoTrainer reports the first symptom in time: the ReLUs die before the loss is NaN
+    at = get_method("autotrainer").explain(trace)
+    assert at[0].failure_type == "dead_neurons" and at[0].origin_step < first_bad
+
+
+def test_autotrainer_rules_on_their_runs(runs: dict[str, Trace]) -> None:
+    at = AutoTrainerBaseline()
+    assert at.explain(runs["healthy"]) == []
+    v = at.explain(runs["vanish"])
+    assert v[0].failure_type == "vanishing_gradients" and v[0].origin_layer == "0"
+    assert v[0].root_cause == "saturating_activation"
+    low = at.explain(runs["low"])
+    assert [h.failure_type for h in low] == ["training_plateau"]
+    d = at.explain(runs["dead"])
+    assert d[0].failure_type == "dead_neurons" and d[0].origin_layer == "3"
+
+
+def test_autotrainer_ratio_rule_on_hand_built_trace() -> None:
+    # one function's unit test: first/last gradient ratio 100 > 70 while the loss stalls
+    steps = pd.DataFrame({"step": range(20), "loss": np.ones(20), "lr": 0.1,
+                          "grad_norm": 1.0, "param_norm": 1.0, "update_norm": 0.1,
+                          "update_ratio": 0.1, "recorded": True, "complete": True})
+    rows = []
+    for s in range(20):
+        for name, g in (("a", 100.0 if s >= 5 else 1.0), ("b", 1.0)):
+            rows.append({"step": s, "module_name": name, "calls": 1, "act_mean": 0.0,
+                         "act_std": 1.0, "act_max_abs": 1.0, "act_frac_zero": 0.0,
+                         "act_frac_dead": 0.0, "act_frac_saturated": 0.0, "act_nan": 0,
+                         "act_inf": 0, "out_grad_norm": g, "param_grad_norm": g,
+                         "param_norm": 1.0, "update_ratio": 0.1})
+    modules = pd.DataFrame({"module_name": ["a", "b"], "module_type": ["Linear", "Linear"],
+                            "order": [1, 2], "forward_order": [0, 1], "depth": [0, 0],
+                            "parent": ["", ""], "activation_family": ["linear", "linear"],
+                            "n_params": [10, 10], "n_trainable": [10, 10]})
+    trace = Trace(steps=steps, stats=pd.DataFrame(rows), modules=modules, meta={})
+    hyps = AutoTrainerBaseline().explain(trace)
+    assert hyps[0].failure_type == "exploding_gradients" and hyps[0].origin_step == 5
+    # a stalled loss is also slow convergence, found later
+    assert "training_plateau" in [h.failure_type for h in hyps]
+    # the ratio rule is gated on "not converging": with a falling loss it stays silent
+    falling = Trace(steps=steps.assign(loss=np.geomspace(1.0, 0.01, 20)), stats=trace.stats,
+                    modules=modules, meta={})
+    assert "exploding_gradients" not in [h.failure_type for h in
+                                         AutoTrainerBaseline().explain(falling)]
+
+
+def test_deepdiagnosis_stops_at_first_symptom(runs: dict[str, Trace]) -> None:
+    dd = DeepDiagnosisBaseline()
+    assert dd.explain(runs["healthy"]) == []
+    d = dd.explain(runs["dead"])
+    # one symptom only, its causes in table order
+    assert len({h.failure_type for h in d}) == 1
+    assert d[0].failure_type == "dead_neurons" and d[0].origin_layer == "3"
+    assert d[0].origin_step == 0
+
+
+def test_anomaly_rank_points_at_the_broken_layer(runs: dict[str, Trace]) -> None:
+    ar = get_method("anomaly_rank")
+    d = ar.explain(runs["dead"])
+    assert d[0].failure_type == "dead_neurons" and d[0].origin_layer == "3"
+    assert d[0].origin_step == 0 and d[0].confidence >= 0.5
+    # a rise every layer shares is discounted: the slowly learning run is not flagged
+    assert all(h.confidence < 0.5 for h in ar.explain(runs["low"]))
