@@ -1,0 +1,481 @@
+"""The probabilistic reasoner: a time-sliced Bayesian network fitted on failure-zoo traces.
+
+:class:`ProbabilisticReasoner` follows scikit-learn's estimator conventions: keyword-only
+hyperparameters stored unchanged in ``__init__``; ``fit(traces)`` discretizes the traces
+(:mod:`causal_models.discretize`), builds the structure and Dirichlet priors from the
+registered rules (:mod:`causal_models.structure`), estimates every conditional table with
+pgmpy's ``BayesianEstimator`` and fits a calibrator on out-of-family predictions
+(:mod:`causal_models.calibration`); ``predict_proba`` gives the posterior over failure types
+(``classes_``), ``explain`` the contract's ranked hypotheses. Causal queries live in
+:mod:`causal_models.interventions` and are exposed here as ``intervene`` and ``what_if``.
+
+The network is a plain unrolled pgmpy ``DiscreteBayesianNetwork``; inference is exact
+variable elimination (pgmpy's ``DBNInference`` is avoided on purpose: its open bugs give
+wrong answers and huge allocations).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import pandas as pd
+
+from causal_models.calibration import Calibrator, fit_calibrator
+from causal_models.discretize import Bins, Discretized, discretize, locate_origin
+from causal_models.structure import NO_CAUSE, Structure, build_structure, training_labels
+from neuraldbg.errors import NotFittedError
+from neuraldbg.records import HEALTHY, Hypothesis
+from neuraldbg.trace import Trace
+
+__all__ = ["ProbabilisticReasoner", "MODEL_FORMAT"]
+
+MODEL_FORMAT = "neuraldbg-causal-model"
+_MODEL_VERSION = 1
+
+
+def _pgmpy() -> Any:
+    """Import pgmpy quietly (it warns about its own deprecations on import)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import pgmpy.estimators as est
+        import pgmpy.inference as inf
+        import pgmpy.models as models
+        from pgmpy.factors.discrete import TabularCPD
+    return models, est, inf, TabularCPD
+
+
+class ProbabilisticReasoner:
+    """Posterior over failure types and root causes from a time-sliced Bayesian network.
+
+    Parameters
+    ----------
+    n_slices : int, default=4
+        Time slices the network is unrolled over.
+    n_blocks : int, default=3
+        Layer blocks per slice.
+    prior_strength : float, default=5.0
+        Pseudo-observations per parent configuration from the rule priors.
+    persistence : float, default=4.0
+        Prior odds of a slice state persisting to the next slice.
+    coupling : float, default=2.0
+        Prior odds of a block taking its upstream neighbour's state.
+    balance : {"family", "none"}, default="family"
+        Weight fitting runs so that every zoo family counts the same.
+    calibration : {"temperature", "isotonic", "none"}, default="temperature"
+        Recalibration of the failure-type posterior, fitted on out-of-family predictions of
+        a grouped cross-validation inside ``fit``.
+    calibration_cv : int, default=4
+        Folds (grouped by family) of that cross-validation.
+    min_confidence : float, default=0.02
+        ``explain`` lists failure types with at least this posterior.
+    bins : Bins, optional
+        Discretization thresholds.
+
+    Attributes
+    ----------
+    network_ : pgmpy.models.DiscreteBayesianNetwork
+        The fitted network.
+    structure_ : Structure
+        Its nodes, parents and priors.
+    classes_ : numpy.ndarray
+        Failure types, ``"healthy"`` included, in ``predict_proba`` column order.
+    root_causes_ : numpy.ndarray
+        Root-cause states (``"none"`` for healthy) in ``predict_root_cause_proba`` order.
+    calibrator_ : Calibrator
+        The fitted recalibration of the failure-type posterior.
+    n_fit_traces_ : int
+    fit_families_ : list of str
+        Zoo families seen in fitting.
+
+    Examples
+    --------
+    >>> reasoner = ProbabilisticReasoner().fit(traces)            # doctest: +SKIP
+    >>> reasoner.predict_proba([trace]).round(2)                  # doctest: +SKIP
+    >>> reasoner.explain(trace)[0].root_cause                     # doctest: +SKIP
+    'learning_rate_too_high'
+    """
+
+    def __init__(self, *, n_slices: int = 4, n_blocks: int = 3, prior_strength: float = 5.0,
+                 persistence: float = 4.0, coupling: float = 2.0,
+                 balance: Literal["family", "none"] = "family",
+                 calibration: Literal["temperature", "isotonic", "none"] = "temperature",
+                 calibration_cv: int = 4, min_confidence: float = 0.02,
+                 bins: Bins | None = None) -> None:
+        self.n_slices = n_slices
+        self.n_blocks = n_blocks
+        self.prior_strength = prior_strength
+        self.persistence = persistence
+        self.coupling = coupling
+        self.balance = balance
+        self.calibration = calibration
+        self.calibration_cv = calibration_cv
+        self.min_confidence = min_confidence
+        self.bins = bins
+
+    # ----------------------------------------------------------------- params
+    def get_params(self, deep: bool = True) -> dict[str, Any]:
+        """Hyperparameters, scikit-learn style."""
+        return {k: getattr(self, k) for k in (
+            "n_slices", "n_blocks", "prior_strength", "persistence", "coupling", "balance",
+            "calibration", "calibration_cv", "min_confidence", "bins")}
+
+    def set_params(self, **params: Any) -> ProbabilisticReasoner:
+        """Set hyperparameters; unknown names raise ValueError listing the valid ones."""
+        valid = self.get_params()
+        for key, value in params.items():
+            if key not in valid:
+                raise ValueError(f"Invalid parameter {key!r} for estimator "
+                                 f"ProbabilisticReasoner. Valid parameters are: {sorted(valid)}.")
+            setattr(self, key, value)
+        return self
+
+    def _check_params(self) -> None:
+        for name in ("n_slices", "n_blocks", "calibration_cv"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}.")
+        if self.n_slices < 2:
+            raise ValueError(f"n_slices must be >= 2, got {self.n_slices}.")
+        if self.balance not in ("family", "none"):
+            raise ValueError(f"balance must be 'family' or 'none', got {self.balance!r}.")
+        if self.calibration not in ("temperature", "isotonic", "none"):
+            raise ValueError("calibration must be one of ['temperature', 'isotonic', 'none'], "
+                             f"got {self.calibration!r}.")
+
+    # -------------------------------------------------------------------- fit
+    def _discretize(self, trace: Trace) -> Discretized:
+        return discretize(trace, n_slices=self.n_slices, n_blocks=self.n_blocks, bins=self.bins)
+
+    def fit(self, traces: Iterable[Trace], y: None = None) -> ProbabilisticReasoner:
+        """Fit the conditional tables on failure-zoo traces.
+
+        Parameters
+        ----------
+        traces : iterable of Trace
+            Runs with ``meta["ground_truth"]`` (failure-zoo runs). Ground truth is read here
+            only, to label the latent nodes; prediction never reads it.
+        y : None
+            Ignored (the labels are in the traces).
+
+        Returns
+        -------
+        self
+
+        Raises
+        ------
+        ValueError
+            If no trace is given or a trace has no ground truth.
+        """
+        self._check_params()
+        traces = list(traces)
+        if not traces:
+            raise ValueError("fit needs at least one trace with ground truth; got none.")
+        rows, families = [], []
+        for i, trace in enumerate(traces):
+            gt = trace.ground_truth
+            if not gt:
+                raise ValueError(
+                    f"Trace {i} has no meta['ground_truth']; fit on failure-zoo runs "
+                    "(experiments.run_scenario) or add the ground truth to the trace meta.")
+            rows.append({**self._discretize(trace).states, **training_labels(gt)})
+            families.append(str(gt.get("family", f"run{i}")))
+        self.structure_ = build_structure(n_slices=self.n_slices, n_blocks=self.n_blocks,
+                                          prior_strength=self.prior_strength,
+                                          persistence=self.persistence, coupling=self.coupling)
+        data = pd.DataFrame(rows)
+        weights = self._weights(families)
+        self.network_ = self._estimate(data, weights)
+        self.classes_ = np.array(self.structure_.states["failure_type"], dtype=object)
+        self.root_causes_ = np.array(self.structure_.states["root_cause"], dtype=object)
+        self.n_fit_traces_ = len(traces)
+        self.fit_families_ = sorted(set(families))
+        self._inference = None
+        self.calibrator_ = self._fit_calibrator(data, weights, families)
+        return self
+
+    def _weights(self, families: Sequence[str]) -> np.ndarray:
+        if self.balance == "none":
+            return np.ones(len(families))
+        counts = pd.Series(families).value_counts()
+        w = np.array([1.0 / counts[f] for f in families])
+        return w * len(families) / w.sum()
+
+    def _estimate(self, data: pd.DataFrame, weights: np.ndarray) -> Any:
+        models, est, _, _ = _pgmpy()
+        s = self.structure_
+        model = models.DiscreteBayesianNetwork()
+        model.add_nodes_from(s.states)
+        model.add_edges_from(s.edges)
+        frame = data.reindex(columns=list(s.states)).copy()
+        for node, states in s.states.items():
+            bad = ~frame[node].isin(states)
+            if bad.any():
+                raise ValueError(f"Node {node!r} got states {sorted(set(frame[node][bad]))} "
+                                 f"outside its states {list(states)}.")
+        frame["_weight"] = weights
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            estimator = est.BayesianEstimator(model, frame, state_names=dict(s.states))
+            cpds = [estimator.estimate_cpd(node, prior_type="dirichlet",
+                                           pseudo_counts=s.prior[node], weighted=True)
+                    for node in s.states]
+        model.add_cpds(*cpds)
+        return model
+
+    def _fit_calibrator(self, data: pd.DataFrame, weights: np.ndarray,
+                        families: list[str]) -> Calibrator:
+        groups = sorted(set(families))
+        if self.calibration == "none" or len(groups) < 2:
+            return fit_calibrator("none", np.ones((1, len(self.classes_))), np.zeros(1, int))
+        k = min(self.calibration_cv, len(groups))
+        fam = np.array(families)
+        fold_of = {g: i % k for i, g in enumerate(groups)}
+        probs = np.zeros((len(data), len(self.classes_)))
+        full = self.network_
+        for fold in range(k):
+            test = np.array([fold_of[f] == fold for f in fam])
+            if test.all() or not test.any():
+                continue
+            sub = self._estimate(data[~test].reset_index(drop=True), weights[~test])
+            evidence = data[test][self.structure_.observed_nodes()].to_dict("records")
+            probs[test] = self._joint_batch(sub, evidence).sum(axis=2)
+        self.network_ = full
+        index = {c: i for i, c in enumerate(self.classes_)}
+        y = np.array([index[v] for v in data["failure_type"]])
+        return fit_calibrator(self.calibration, probs, y)
+
+    # -------------------------------------------------------------- inference
+    def _check_fitted(self) -> None:
+        if not hasattr(self, "network_"):
+            raise NotFittedError("This ProbabilisticReasoner is not fitted yet. Call "
+                                 "fit(traces) or use causal_models.load_default_model().")
+
+    def _infer(self, network: Any) -> Any:
+        _, _, inf, _ = _pgmpy()
+        return inf.VariableElimination(network)
+
+    def _joint_batch(self, network: Any, evidence: list[dict[str, str]]) -> np.ndarray:
+        """P(failure_type, root_cause | evidence) for each evidence dict: (n, n_ft, n_rc)."""
+        engine = self._infer(network)
+        out = np.zeros((len(evidence), len(self.classes_), len(self.root_causes_)))
+        for i, ev in enumerate(evidence):
+            out[i] = self._joint(engine, ev)
+        return out
+
+    def _joint(self, engine: Any, evidence: dict[str, str]) -> np.ndarray:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            factor = engine.query(["failure_type", "root_cause"], evidence=evidence,
+                                  show_progress=False, joint=True)
+        factor = factor.copy()
+        factor.normalize()
+        order = [factor.variables.index(v) for v in ("failure_type", "root_cause")]
+        values = np.transpose(factor.values, order)
+        ft_pos = [factor.state_names["failure_type"].index(c) for c in self.classes_]
+        rc_pos = [factor.state_names["root_cause"].index(c) for c in self.root_causes_]
+        return values[np.ix_(ft_pos, rc_pos)]
+
+    def _engine(self) -> Any:
+        if getattr(self, "_inference", None) is None:
+            self._inference = self._infer(self.network_)
+        return self._inference
+
+    def evidence(self, trace: Trace) -> dict[str, str]:
+        """The observed node states of ``trace`` (its discretization, no ground truth)."""
+        self._check_fitted()
+        states = self._discretize(trace).states
+        return {n: states[n] for n in self.structure_.observed_nodes() if n in states}
+
+    def joint_posterior(self, trace: Trace) -> pd.DataFrame:
+        """Calibrated P(failure_type, root_cause | trace) as a DataFrame (rows failure types).
+
+        The failure-type marginal is recalibrated; P(root_cause | failure_type) is the
+        network's.
+        """
+        self._check_fitted()
+        joint = self._joint(self._engine(), self.evidence(trace))
+        return pd.DataFrame(self._calibrate_joint(joint[None])[0], index=self.classes_,
+                            columns=self.root_causes_)
+
+    def _calibrate_joint(self, joint: np.ndarray) -> np.ndarray:
+        marginal = joint.sum(axis=2)
+        calibrated = self.calibrator_.transform(marginal)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            conditional = np.where(marginal[..., None] > 0, joint / marginal[..., None], 0.0)
+        return conditional * calibrated[..., None]
+
+    def _joint_traces(self, traces: Iterable[Trace] | Trace) -> np.ndarray:
+        self._check_fitted()
+        if isinstance(traces, Trace):
+            traces = [traces]
+        engine = self._engine()
+        joint = np.stack([self._joint(engine, self.evidence(t)) for t in traces])
+        return self._calibrate_joint(joint)
+
+    def predict_proba(self, traces: Iterable[Trace] | Trace) -> np.ndarray:
+        """Calibrated posterior over failure types, shape ``(n_traces, n_classes)``.
+
+        Parameters
+        ----------
+        traces : Trace or iterable of Trace
+
+        Returns
+        -------
+        numpy.ndarray
+            Columns in ``classes_`` order (``"healthy"`` included); rows sum to 1.
+        """
+        return self._joint_traces(traces).sum(axis=2)
+
+    def predict(self, traces: Iterable[Trace] | Trace) -> np.ndarray:
+        """Most probable failure type (or ``"healthy"``) per trace."""
+        return self.classes_[np.argmax(self.predict_proba(traces), axis=1)]
+
+    def predict_root_cause_proba(self, traces: Iterable[Trace] | Trace) -> np.ndarray:
+        """Posterior over root causes, shape ``(n_traces, n_root_causes)``, ``root_causes_``."""
+        return self._joint_traces(traces).sum(axis=1)
+
+    def explain(self, trace: Trace) -> list[Hypothesis]:
+        """Ranked hypotheses with posterior confidences (the contract's ``Hypothesis`` list).
+
+        One hypothesis per (failure type, root cause) pair worth naming, highest confidence
+        first. ``confidence`` is the calibrated posterior of the failure type; the root
+        cause's conditional probability and the joint are in ``metadata``. Failure types are
+        listed with posterior >= ``min_confidence``; under each, the causes with conditional
+        probability >= 0.05 (at most three).
+
+        Parameters
+        ----------
+        trace : Trace
+
+        Returns
+        -------
+        list of Hypothesis
+            Empty or all below 0.5 when the run is judged healthy.
+        """
+        self._check_fitted()
+        disc = self._discretize(trace)
+        evidence = {n: disc.states[n] for n in self.structure_.observed_nodes()}
+        joint = self._calibrate_joint(self._joint(self._engine(), evidence)[None])[0]
+        marginal = joint.sum(axis=1)
+        p_healthy = float(marginal[list(self.classes_).index(HEALTHY)])
+        hyps: list[Hypothesis] = []
+        for i in np.argsort(-marginal, kind="stable"):
+            ft = str(self.classes_[i])
+            p_ft = float(marginal[i])
+            if ft == HEALTHY or p_ft < self.min_confidence:
+                continue
+            cond = joint[i] / p_ft
+            layer, step, path = locate_origin(trace, disc, ft)
+            ranked = [j for j in np.argsort(-cond, kind="stable")
+                      if self.root_causes_[j] != NO_CAUSE][:3]
+            for rank, j in enumerate(ranked):
+                if rank and cond[j] < 0.05:
+                    break
+                hyps.append(Hypothesis(
+                    failure_type=ft, root_cause=str(self.root_causes_[j]), origin_layer=layer,
+                    origin_step=step, confidence=p_ft,
+                    metadata={"method": "probabilistic", "p_failure_type": p_ft,
+                              "p_root_cause_given_failure": float(cond[j]),
+                              "p_joint": float(joint[i, j]), "p_healthy": p_healthy,
+                              "propagation_path": path, "onset_step": disc.onset_step,
+                              "slices": [list(s) for s in disc.slices],
+                              "evidence": {k: v for k, v in evidence.items()}}))
+        return hyps
+
+    # ---------------------------------------------------------- causal queries
+    def intervene(self, do: dict[str, str], evidence: dict[str, str] | None = None
+                  ) -> pd.Series:
+        """P(failure_type | do(knob nodes = levels), evidence) through pgmpy's CausalInference.
+
+        See :func:`causal_models.interventions.intervene`.
+        """
+        from causal_models.interventions import intervene
+
+        return intervene(self, do=do, evidence=evidence)
+
+    def what_if(self, trace: Trace, **knobs: Any) -> Any:
+        """Counterfactual for one run: abduction, action, prediction.
+
+        See :func:`causal_models.interventions.what_if`.
+        """
+        from causal_models.interventions import what_if
+
+        return what_if(self, trace, **knobs)
+
+    # ------------------------------------------------------------ persistence
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-compatible form: hyperparameters, structure, fitted tables, calibrator."""
+        self._check_fitted()
+        s = self.structure_
+        cpds = {}
+        for node in s.states:
+            cpd = self.network_.get_cpds(node)
+            cpds[node] = {"evidence": list(cpd.variables[1:]),
+                          "values": np.round(cpd.get_values(), 8).tolist()}
+        params = {k: v for k, v in self.get_params().items() if k != "bins"}
+        params["bins"] = None if self.bins is None else {
+            f: getattr(self.bins, f) for f in self.bins.__dataclass_fields__}
+        return {"format": MODEL_FORMAT, "version": _MODEL_VERSION, "params": params,
+                "states": {n: list(v) for n, v in s.states.items()},
+                "parents": {n: list(v) for n, v in s.parents.items()},
+                "roles": dict(s.roles), "cpds": cpds,
+                "calibrator": self.calibrator_.to_dict(),
+                "fit": {"n_traces": self.n_fit_traces_, "families": self.fit_families_}}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ProbabilisticReasoner:
+        """Inverse of :meth:`to_dict` (no pickle: tables are plain lists)."""
+        if data.get("format") != MODEL_FORMAT:
+            raise ValueError(f"Not a NeuralDBG causal model (format {data.get('format')!r}, "
+                             f"expected {MODEL_FORMAT!r}).")
+        if int(data.get("version", 0)) > _MODEL_VERSION:
+            raise ValueError(f"Model version {data.get('version')} is newer than the "
+                             f"{_MODEL_VERSION} this causal_models reads; upgrade neuraldbg.")
+        params = dict(data["params"])
+        if params.get("bins") is not None:
+            b = params["bins"]
+            params["bins"] = Bins(**{k: tuple(v) if isinstance(v, list) else v
+                                     for k, v in b.items()})
+        self = cls(**params)
+        models, _, _, TabularCPD = _pgmpy()
+        states = {n: tuple(v) for n, v in data["states"].items()}
+        parents = {n: tuple(v) for n, v in data["parents"].items()}
+        self.structure_ = Structure(states=states, parents=parents, roles=dict(data["roles"]),
+                                    prior={}, n_slices=self.n_slices, n_blocks=self.n_blocks)
+        model = models.DiscreteBayesianNetwork()
+        model.add_nodes_from(states)
+        model.add_edges_from(self.structure_.edges)
+        cpds = []
+        for node, entry in data["cpds"].items():
+            ev = entry["evidence"]
+            cpds.append(TabularCPD(node, len(states[node]), np.asarray(entry["values"]),
+                                   evidence=ev or None,
+                                   evidence_card=[len(states[e]) for e in ev] or None,
+                                   state_names={v: list(states[v]) for v in [node, *ev]}))
+        model.add_cpds(*cpds)
+        self.network_ = model
+        self.classes_ = np.array(states["failure_type"], dtype=object)
+        self.root_causes_ = np.array(states["root_cause"], dtype=object)
+        self.calibrator_ = Calibrator.from_dict(data["calibrator"])
+        self.n_fit_traces_ = int(data["fit"]["n_traces"])
+        self.fit_families_ = list(data["fit"]["families"])
+        self._inference = None
+        return self
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write the fitted model as JSON."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(self.to_dict(), separators=(",", ":")))
+        return path
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> ProbabilisticReasoner:
+        """Read a model written by :meth:`save` (JSON only)."""
+        return cls.from_dict(json.loads(Path(path).read_text()))

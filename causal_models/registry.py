@@ -1,0 +1,450 @@
+"""Registry of failure modes and root causes: how a researcher extends the causal model.
+
+A **failure mode** is a state of the ``failure_type`` node. Its network fragment is its
+*signature*: which discrete states it produces in the time slices (gradient, activation and
+loss states, optionally by position: ``input``/``output`` blocks, ``early``/``late`` slices).
+The signature becomes the Dirichlet pseudo-counts of the slice nodes' tables.
+
+A **root cause** is a state of the ``root_cause`` node. Its network fragment is a binary
+*fault node* ``fault:<name>`` whose parents are knob, context or latent trait nodes (a cause
+may declare new latent traits), with its *rule* (the prior probability that the fault is
+present for each configuration of those parents), the failure modes it produces, the knob
+that repairs it and the failure-zoo family that exemplifies it.
+
+Both are registered by decorator, reject duplicate names, and list the known names on a
+miss::
+
+    from causal_models.registry import register_root_cause
+
+    @register_root_cause(
+        "weight_decay_too_high",
+        parents=("decay_level",),
+        traits={"decay_level": ("ok", "high")},
+        failure_types={"training_plateau": 1.0},
+        family="mlp_weight_decay",
+    )
+    def _decay_rule(decay_level: str) -> float:
+        return 0.9 if decay_level == "high" else 0.01
+
+The core (:mod:`causal_models.structure`) reads the registry when a network is built, so a
+registered cause is part of every model fitted afterwards; no core file is edited.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from neuraldbg.records import FAILURE_TYPES, HEALTHY
+
+__all__ = [
+    "FailureMode",
+    "RootCause",
+    "register_failure_mode",
+    "register_root_cause",
+    "unregister",
+    "get_failure_mode",
+    "get_root_cause",
+    "list_failure_modes",
+    "list_root_causes",
+    "KNOB_NODES",
+    "CONTEXT_NODES",
+]
+
+#: Knob nodes of the network and their states. ``*_level`` nodes are latent: the level of the
+#: knob relative to what this run tolerates, one state per ``LEVEL_WIDTH`` decades.
+KNOB_NODES: dict[str, tuple[str, ...]] = {
+    "lr_level": ("very_low", "low", "ok", "high", "very_high"),
+    "init_level": ("very_small", "small", "ok", "large", "very_large"),
+    "input_level": ("ok", "large", "very_large"),
+    "activation": ("relu", "leaky_relu", "gelu", "tanh", "sigmoid", "other"),
+    "normalization": ("none", "batch", "layer"),
+    "clipping": ("none", "clipped"),
+}
+#: Observed context nodes (architecture facts that no knob changes).
+CONTEXT_NODES: dict[str, tuple[str, ...]] = {
+    "depth": ("shallow", "deep"),
+    "arch": ("feedforward", "convolutional", "recurrent", "attention"),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class FailureMode:
+    """A failure mode (a state of the ``failure_type`` node) and its evidence signature.
+
+    Attributes
+    ----------
+    name : str
+        The failure type, e.g. ``"exploding_gradients"``.
+    signature : dict
+        Key ``"<kind>[.<where>...]"`` with kind in {``grad``, ``act``, ``loss``} and where in
+        {``input``, ``output``, ``early``, ``late``} -> weights over that node's states. The
+        most specific key that matches a node wins; unnamed states get weight ``floor``.
+    description : str
+        One line for reports.
+    family : str or None
+        A failure-zoo family that exemplifies it.
+    floor : float
+        Weight of a state the signature does not name.
+    """
+
+    name: str
+    signature: Mapping[str, Mapping[str, float]]
+    description: str = ""
+    family: str | None = None
+    floor: float = 0.05
+
+    def weights(self, kind: str, where: tuple[str, ...], states: tuple[str, ...]) -> list[float]:
+        """Normalised signature weights of a slice node of ``kind`` at position ``where``."""
+        best: Mapping[str, float] | None = None
+        best_score = -1
+        for key, weights in self.signature.items():
+            parts = key.split(".")
+            if parts[0] != kind or not set(parts[1:]) <= set(where):
+                continue
+            if len(parts) > best_score:
+                best, best_score = weights, len(parts)
+        raw = [float(best.get(s, self.floor)) if best else 1.0 for s in states]
+        total = sum(raw)
+        return [r / total for r in raw]
+
+
+@dataclass(frozen=True, slots=True)
+class RootCause:
+    """A root cause (a state of the ``root_cause`` node) and its network fragment.
+
+    Attributes
+    ----------
+    name : str
+        The cause, e.g. ``"learning_rate_too_high"``.
+    rule : callable
+        ``rule(**parent_states) -> float``: prior probability that the fault is present for
+        one configuration of ``parents`` (the rule's structural prior).
+    parents : tuple of str
+        Parents of the fault node: knob, context or trait nodes.
+    failure_types : dict of str to float
+        Failure modes this cause produces, with relative weights.
+    traits : dict of str to tuple of str
+        Latent trait nodes this fragment adds, with their states; the first is "normal".
+    knob : str or None
+        The contract knob that repairs the cause (``lr_scale``, ``activation``, ...).
+    family : str or None
+        A failure-zoo family that exemplifies it.
+    priority : float
+        Weight of this cause when several faults are present at once.
+    label : callable or None
+        ``label(ground_truth) -> {trait: state}`` for fitting; by default a trait takes its
+        second state when the run's true root cause is this cause, else its first.
+    description : str
+        One line for reports.
+    """
+
+    name: str
+    rule: Callable[..., float]
+    parents: tuple[str, ...] = ()
+    failure_types: Mapping[str, float] = field(default_factory=dict)
+    traits: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    knob: str | None = None
+    family: str | None = None
+    priority: float = 1.0
+    label: Callable[[dict[str, Any]], dict[str, str]] | None = None
+    description: str = ""
+
+    @property
+    def fault_node(self) -> str:
+        """Name of this cause's fault node."""
+        return f"fault:{self.name}"
+
+    def trait_labels(self, ground_truth: dict[str, Any]) -> dict[str, str]:
+        """States of this fragment's trait nodes for a fitting run (reads ground truth)."""
+        if self.label is not None:
+            return dict(self.label(ground_truth))
+        mine = ground_truth.get("root_cause") == self.name
+        return {t: (states[1] if mine and len(states) > 1 else states[0])
+                for t, states in self.traits.items()}
+
+
+_FAILURE_MODES: dict[str, FailureMode] = {}
+_ROOT_CAUSES: dict[str, RootCause] = {}
+
+
+def _known(kind: str) -> list[str]:
+    return sorted(_FAILURE_MODES) if kind == "failure mode" else sorted(_ROOT_CAUSES)
+
+
+def register_failure_mode(
+    name: str, *, signature: Mapping[str, Mapping[str, float]], description: str = "",
+    family: str | None = None, floor: float = 0.05,
+) -> FailureMode:
+    """Register a failure mode (a new state of ``failure_type``) with its evidence signature.
+
+    Parameters
+    ----------
+    name : str
+        New failure type name.
+    signature : dict
+        See :class:`FailureMode`.
+    description : str, default=""
+    family : str, optional
+        Failure-zoo family exemplifying it.
+    floor : float, default=0.05
+
+    Returns
+    -------
+    FailureMode
+
+    Raises
+    ------
+    ValueError
+        If ``name`` is already registered or the signature names an unknown node kind.
+    """
+    if name in _FAILURE_MODES:
+        raise ValueError(
+            f"Failure mode {name!r} is already registered. Known failure modes: "
+            f"{_known('failure mode')}. Pick a new name or unregister({name!r}) first.")
+    for key in signature:
+        kind = key.split(".")[0]
+        if kind not in ("grad", "act", "loss"):
+            raise ValueError(f"Signature key {key!r} of failure mode {name!r} must start with "
+                             "'grad', 'act' or 'loss' (e.g. 'grad.input.late').")
+    mode = FailureMode(name, dict(signature), description, family, floor)
+    _FAILURE_MODES[name] = mode
+    return mode
+
+
+def register_root_cause(
+    name: str, *, parents: tuple[str, ...] = (), failure_types: Mapping[str, float],
+    traits: Mapping[str, tuple[str, ...]] | None = None, knob: str | None = None,
+    family: str | None = None, priority: float = 1.0,
+    label: Callable[[dict[str, Any]], dict[str, str]] | None = None, description: str = "",
+) -> Callable[[Callable[..., float]], Callable[..., float]]:
+    """Decorator registering a root cause; the decorated function is its rule.
+
+    Parameters
+    ----------
+    name : str
+        New root-cause name.
+    parents : tuple of str, default=()
+        Parents of the fault node: names in :data:`KNOB_NODES`, :data:`CONTEXT_NODES`, or
+        traits declared here or by another registered cause.
+    failure_types : dict of str to float
+        Failure modes produced, with weights; each must be a registered failure mode.
+    traits : dict, optional
+        New latent trait nodes and their states.
+    knob, family, priority, label, description
+        See :class:`RootCause`.
+
+    Returns
+    -------
+    callable
+        The decorator; it returns the rule unchanged.
+
+    Raises
+    ------
+    ValueError
+        If ``name`` is taken, a parent is unknown, or a failure type is not registered.
+    """
+    if name in _ROOT_CAUSES:
+        raise ValueError(
+            f"Root cause {name!r} is already registered. Known root causes: "
+            f"{_known('root cause')}. Pick a new name or unregister({name!r}) first.")
+    traits = dict(traits or {})
+    known_nodes = {**KNOB_NODES, **CONTEXT_NODES, **traits}
+    for rc in _ROOT_CAUSES.values():
+        known_nodes.update(rc.traits)
+    for p in parents:
+        if p not in known_nodes:
+            raise ValueError(f"Unknown parent {p!r} for root cause {name!r}. Valid parents are: "
+                             f"{sorted(known_nodes)} (or declare it in traits=...).")
+    for ft in failure_types:
+        if ft not in _FAILURE_MODES:
+            raise ValueError(f"Root cause {name!r} names unknown failure mode {ft!r}. Known "
+                             f"failure modes: {_known('failure mode')}. Register it first.")
+
+    def decorator(rule: Callable[..., float]) -> Callable[..., float]:
+        _ROOT_CAUSES[name] = RootCause(name, rule, tuple(parents), dict(failure_types), traits,
+                                       knob, family, priority, label, description)
+        return rule
+
+    return decorator
+
+
+def unregister(name: str) -> None:
+    """Remove a registered failure mode or root cause (for tests and interactive work).
+
+    Raises
+    ------
+    KeyError
+        If ``name`` is neither.
+    """
+    if name in _ROOT_CAUSES:
+        del _ROOT_CAUSES[name]
+    elif name in _FAILURE_MODES:
+        del _FAILURE_MODES[name]
+    else:
+        raise KeyError(f"{name!r} is not registered. Failure modes: {_known('failure mode')}; "
+                       f"root causes: {_known('root cause')}.")
+
+
+def get_failure_mode(name: str) -> FailureMode:
+    """The registered failure mode ``name``; KeyError listing the known ones on a miss."""
+    try:
+        return _FAILURE_MODES[name]
+    except KeyError:
+        raise KeyError(f"Unknown failure mode {name!r}. Known failure modes: "
+                       f"{_known('failure mode')}.") from None
+
+
+def get_root_cause(name: str) -> RootCause:
+    """The registered root cause ``name``; KeyError listing the known ones on a miss."""
+    try:
+        return _ROOT_CAUSES[name]
+    except KeyError:
+        raise KeyError(f"Unknown root cause {name!r}. Known root causes: "
+                       f"{_known('root cause')}.") from None
+
+
+def list_failure_modes() -> list[FailureMode]:
+    """Registered failure modes, the healthy state first, in registration order."""
+    return list(_FAILURE_MODES.values())
+
+
+def list_root_causes() -> list[RootCause]:
+    """Registered root causes in registration order."""
+    return list(_ROOT_CAUSES.values())
+
+
+# ---------------------------------------------------------------------------- defaults
+# Signatures: what each failure mode does to the discrete states (causal_models.discretize).
+_FLAT = {"flat": 1.0}
+register_failure_mode(HEALTHY, description="trains normally", signature={
+    "loss": {"decreasing": 1.0, "low": 1.0, "flat": 0.3},
+    "loss.early": {"decreasing": 1.0, "flat": 0.7, "low": 0.3},
+    "grad": {"healthy": 1.0}, "act": {"normal": 1.0}})
+register_failure_mode("vanishing_gradients", description="gradients die out toward the input",
+                      signature={
+    "loss": {"flat": 1.0, "decreasing": 0.2}, "grad.input": {"vanishing": 1.0, "healthy": 0.2},
+    "grad.output": {"healthy": 1.0}, "act": {"normal": 1.0, "saturated": 0.5}})
+register_failure_mode("exploding_gradients", description="gradients grow by orders of magnitude",
+                      signature={
+    "loss.early": {"flat": 1.0, "decreasing": 0.5, "rising": 0.3},
+    "loss.late": {"rising": 1.0, "nonfinite": 1.0},
+    "grad.early": {"healthy": 1.0, "exploding": 0.5},
+    "grad.late": {"exploding": 1.0, "nonfinite": 0.4},
+    "act.late": {"anomalous": 1.0, "normal": 0.3}})
+register_failure_mode("dead_neurons", description="rectifier units output zero for every input",
+                      signature={
+    "loss": {"flat": 1.0}, "act": {"dead": 1.0, "normal": 0.3},
+    "grad.input": {"vanishing": 1.0, "healthy": 0.5}})
+register_failure_mode("saturated_activations", description="sigmoid/tanh units stuck in the tails",
+                      signature={
+    "loss": {"flat": 1.0}, "act": {"saturated": 1.0, "normal": 0.3},
+    "grad.input": {"vanishing": 1.0, "healthy": 0.5}})
+register_failure_mode("loss_divergence", description="loss blows up or turns non-finite",
+                      signature={
+    "loss.early": {"flat": 1.0, "decreasing": 0.7, "rising": 0.5},
+    "loss.late": {"nonfinite": 1.0, "rising": 0.8},
+    "grad.early": {"healthy": 1.0}, "grad.late": {"nonfinite": 1.0, "healthy": 0.3},
+    "act.late": {"anomalous": 1.0, "normal": 0.5}})
+register_failure_mode("training_plateau", description="loss does not move with healthy gradients",
+                      signature={
+    "loss": {"flat": 1.0, "decreasing": 0.1}, "grad": {"healthy": 1.0}, "act": {"normal": 1.0}})
+
+
+def _levels(state: str, high: tuple[str, ...], p_high: float, p_other: float = 0.01) -> float:
+    return p_high if state in high else p_other
+
+
+@register_root_cause("learning_rate_too_high", parents=("lr_level",), knob="lr_scale",
+                     failure_types={"loss_divergence": 1.0, "exploding_gradients": 0.8,
+                                    "dead_neurons": 0.2, "training_plateau": 0.1},
+                     description="steps too large for the loss surface")
+def _lr_high(lr_level: str) -> float:
+    return {"high": 0.9, "very_high": 0.97}.get(lr_level, 0.01)
+
+
+@register_root_cause("learning_rate_too_low", parents=("lr_level",), knob="lr_scale",
+                     failure_types={"training_plateau": 1.0, "vanishing_gradients": 0.1},
+                     description="steps too small to make progress")
+def _lr_low(lr_level: str) -> float:
+    return {"low": 0.8, "very_low": 0.97}.get(lr_level, 0.01)
+
+
+@register_root_cause("init_scale_too_large", parents=("init_level", "normalization"),
+                     knob="init_scale",
+                     failure_types={"exploding_gradients": 1.0, "loss_divergence": 0.6,
+                                    "saturated_activations": 0.3},
+                     description="weights so large that signals grow layer by layer")
+def _init_large(init_level: str, normalization: str) -> float:
+    base = {"large": 0.85, "very_large": 0.97}.get(init_level, 0.01)
+    return base if normalization == "none" else base * 0.5
+
+
+@register_root_cause("init_scale_too_small", parents=("init_level", "normalization"),
+                     knob="init_scale",
+                     failure_types={"vanishing_gradients": 1.0, "training_plateau": 0.4},
+                     description="weights so small that signals shrink layer by layer")
+def _init_small(init_level: str, normalization: str) -> float:
+    base = {"small": 0.85, "very_small": 0.97}.get(init_level, 0.01)
+    return base if normalization == "none" else base * 0.5
+
+
+@register_root_cause("saturating_activation", parents=("activation", "depth", "normalization"),
+                     knob="activation",
+                     failure_types={"vanishing_gradients": 1.0, "saturated_activations": 0.8,
+                                    "training_plateau": 0.2},
+                     description="sigmoid/tanh derivatives shrink the gradient at every layer")
+def _saturating(activation: str, depth: str, normalization: str) -> float:
+    if activation not in ("sigmoid", "tanh"):
+        return 0.01
+    p = 0.7 if depth == "deep" else 0.15
+    return p if normalization == "none" else p * 0.3
+
+
+@register_root_cause("negative_bias_init", parents=("bias_init", "activation"),
+                     traits={"bias_init": ("ok", "negative")}, knob="activation",
+                     failure_types={"dead_neurons": 1.0, "vanishing_gradients": 0.3},
+                     description="large negative biases switch rectifier units off for good")
+def _negative_bias(bias_init: str, activation: str) -> float:
+    if bias_init != "negative":
+        return 0.01
+    return 0.95 if activation == "relu" else 0.3
+
+
+@register_root_cause("unnormalized_inputs", parents=("input_level", "normalization"),
+                     knob="input_scale",
+                     failure_types={"exploding_gradients": 1.0, "loss_divergence": 0.8,
+                                    "saturated_activations": 0.6, "dead_neurons": 0.3},
+                     description="raw inputs on a scale the first layer cannot absorb")
+def _unnormalized(input_level: str, normalization: str) -> float:
+    base = {"large": 0.85, "very_large": 0.97}.get(input_level, 0.01)
+    return base if normalization == "none" else base * 0.6
+
+
+@register_root_cause("missing_normalization", parents=("normalization", "depth"),
+                     knob="normalization",
+                     failure_types={"vanishing_gradients": 1.0, "exploding_gradients": 0.5,
+                                    "training_plateau": 0.4},
+                     description="a deep stack without normalization layers")
+def _missing_norm(normalization: str, depth: str) -> float:
+    if normalization != "none":
+        return 0.01
+    return 0.3 if depth == "deep" else 0.03
+
+
+@register_root_cause("missing_gradient_clipping", parents=("clipping", "arch"),
+                     knob="grad_clip",
+                     failure_types={"exploding_gradients": 1.0, "loss_divergence": 0.7},
+                     description="rare huge gradients (long recurrences) reach the update")
+def _missing_clip(clipping: str, arch: str) -> float:
+    if clipping != "none":
+        return 0.01
+    return 0.4 if arch == "recurrent" else 0.05
+
+
+@register_root_cause("unknown", failure_types={ft: 1.0 for ft in FAILURE_TYPES},
+                     priority=0.1, description="a failure none of the registered causes explains")
+def _unknown() -> float:
+    return 0.03
+

@@ -1,0 +1,329 @@
+"""Structure: the registered rules become the network's nodes, edges and Dirichlet priors.
+
+The time-sliced network, unrolled to ``n_slices`` slices over ``n_blocks`` layer blocks::
+
+    knobs (lr_level, init_level, input_level, activation, normalization, clipping)
+    context (depth, arch), latent traits of registered causes
+        |                                   \\
+        v                                    v
+    fault:<cause> (one binary node per registered cause, parents from its rule)
+        |                                    knob evidence: update, lr_config <- lr_level,
+        v                                    fwd_gain <- init_level, input_mag <- input_level
+    root_cause  ->  failure_type
+                        |
+                        v  (every slice node)
+    loss@t   <- loss@t-1                                  persistence across slices
+    grad[b]@t <- grad[b]@t-1, grad[b+1]@t                 gradients flow output -> input
+    act[b]@t  <- act[b]@t-1,  act[b-1]@t                  activations flow input -> output
+
+The rules decide which edges exist (a cause's fault node hangs on the parents its rule
+names) and give every conditional table its Dirichlet pseudo-counts: a cause's rule gives
+P(fault | parents), its failure modes give P(failure_type | root_cause), a failure mode's
+signature gives the slice tables, tilted toward the previous slice's state (persistence) and
+the neighbour block's (propagation). Zoo traces then update those counts
+(:mod:`causal_models.network`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from causal_models.discretize import (
+    ACT_STATES,
+    GAIN_STATES,
+    GRAD_STATES,
+    INPUT_STATES,
+    LOSS_STATES,
+    LR_CONFIG_STATES,
+    UPDATE_STATES,
+    slice_node,
+)
+from causal_models.registry import (
+    CONTEXT_NODES,
+    KNOB_NODES,
+    list_failure_modes,
+    list_root_causes,
+)
+from neuraldbg.records import HEALTHY
+
+__all__ = [
+    "Structure",
+    "build_structure",
+    "training_labels",
+    "LEVEL_NODES",
+    "LEVEL_WIDTH",
+    "NO_CAUSE",
+    "level_index",
+]
+
+#: Root-cause state of a healthy run.
+NO_CAUSE = "none"
+#: Latent knob-level node -> the multiplicative knob that moves it.
+LEVEL_NODES: dict[str, str] = {"lr_level": "lr_scale", "init_level": "init_scale",
+                               "input_level": "input_scale"}
+#: Decades of the knob per level step.
+LEVEL_WIDTH: dict[str, float] = {"lr_level": 1.0, "init_level": 0.5, "input_level": 1.0}
+# Cause -> (level node, direction) for the level labels of fitting runs.
+_CAUSE_LEVEL: dict[str, tuple[str, int]] = {
+    "learning_rate_too_high": ("lr_level", +1),
+    "learning_rate_too_low": ("lr_level", -1),
+    "init_scale_too_large": ("init_level", +1),
+    "init_scale_too_small": ("init_level", -1),
+    "unnormalized_inputs": ("input_level", +1),
+}
+# Knob evidence: node -> (parent, states, {parent state: {state: weight}}).
+_KNOB_EVIDENCE: dict[str, tuple[str, tuple[str, ...], dict[str, dict[str, float]]]] = {
+    "update": ("lr_level", UPDATE_STATES, {
+        "very_low": {"tiny": 1.0, "small": 0.3}, "low": {"tiny": 0.6, "small": 1.0},
+        "ok": {"small": 1.0, "normal": 1.0}, "high": {"normal": 0.6, "large": 1.0},
+        "very_high": {"large": 1.0, "nonfinite": 0.3}}),
+    "lr_config": ("lr_level", LR_CONFIG_STATES, {
+        "very_low": {"low": 1.0, "unknown": 0.3}, "low": {"low": 1.0, "typical": 0.6,
+                                                          "unknown": 0.3},
+        "ok": {"typical": 1.0, "unknown": 0.3}, "high": {"typical": 0.6, "high": 1.0,
+                                                         "unknown": 0.3},
+        "very_high": {"high": 1.0, "unknown": 0.3}}),
+    "fwd_gain": ("init_level", GAIN_STATES, {
+        "very_small": {"shrinking": 1.0}, "small": {"shrinking": 1.0, "stable": 0.6},
+        "ok": {"stable": 1.0}, "large": {"growing": 1.0, "stable": 0.6},
+        "very_large": {"growing": 1.0}}),
+    "input_mag": ("input_level", INPUT_STATES, {
+        "ok": {"normal": 1.0}, "large": {"large": 1.0, "normal": 0.5},
+        "very_large": {"large": 1.0}}),
+}
+_ROOT_PRIOR: dict[str, dict[str, float]] = {
+    "lr_level": {"ok": 4.0}, "init_level": {"ok": 4.0}, "input_level": {"ok": 4.0},
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Structure:
+    """Nodes, states, parents, roles and Dirichlet pseudo-counts of the network.
+
+    Attributes
+    ----------
+    states : dict of str to tuple of str
+        Node -> ordered states.
+    parents : dict of str to tuple of str
+        Node -> parents, sorted by name (pgmpy's column order for conditional tables).
+    roles : dict of str to str
+        Node -> role: ``knob``, ``latent_knob``, ``context``, ``trait``, ``knob_evidence``,
+        ``fault``, ``root_cause``, ``failure_type`` or ``slice``.
+    prior : dict of str to numpy.ndarray
+        Node -> pseudo-counts, shape ``(n_states, prod(parent cards))``, parent configurations
+        in ``itertools.product`` order of the sorted parents.
+    n_slices, n_blocks : int
+    """
+
+    states: dict[str, tuple[str, ...]]
+    parents: dict[str, tuple[str, ...]]
+    roles: dict[str, str]
+    prior: dict[str, np.ndarray]
+    n_slices: int
+    n_blocks: int
+
+    @property
+    def edges(self) -> list[tuple[str, str]]:
+        """All edges (parent, child)."""
+        return [(p, n) for n, ps in self.parents.items() for p in ps]
+
+    def observed_nodes(self) -> list[str]:
+        """Nodes whose states come from a trace (evidence at inference time)."""
+        return [n for n, r in self.roles.items()
+                if r in ("knob", "context", "knob_evidence", "slice")]
+
+
+def _normalised(weights: dict[str, float], states: tuple[str, ...], floor: float) -> np.ndarray:
+    raw = np.array([float(weights.get(s, floor)) for s in states])
+    return raw / raw.sum()
+
+
+def _table(node: str, states: tuple[str, ...], parents: tuple[str, ...],
+           all_states: dict[str, tuple[str, ...]], row: Any, strength: float) -> np.ndarray:
+    """Pseudo-counts from ``row(**parent_states) -> probabilities over states``."""
+    configs = list(itertools.product(*(all_states[p] for p in parents))) if parents else [()]
+    cols = [np.asarray(row(**dict(zip(parents, cfg))), dtype=float) for cfg in configs]
+    arr = np.stack(cols, axis=1)
+    arr = arr / arr.sum(axis=0, keepdims=True)
+    return strength * arr
+
+
+def build_structure(*, n_slices: int = 4, n_blocks: int = 3, prior_strength: float = 5.0,
+                    persistence: float = 4.0, coupling: float = 2.0) -> Structure:
+    """Build the network's structure and priors from the registry.
+
+    Parameters
+    ----------
+    n_slices, n_blocks : int
+        Size of the unrolled network (see :func:`causal_models.discretize.discretize`).
+    prior_strength : float, default=5.0
+        Pseudo-observations per parent configuration of every table.
+    persistence : float, default=4.0
+        Prior odds multiplier for a slice node keeping its previous slice's state.
+    coupling : float, default=2.0
+        Prior odds multiplier for a slice node taking its upstream neighbour block's state.
+
+    Returns
+    -------
+    Structure
+    """
+    causes = list_root_causes()
+    modes = list_failure_modes()
+    states: dict[str, tuple[str, ...]] = {}
+    parents: dict[str, tuple[str, ...]] = {}
+    roles: dict[str, str] = {}
+    rows: dict[str, Any] = {}
+
+    # Roots: knobs, context, traits.
+    for node, sts in KNOB_NODES.items():
+        states[node], parents[node] = sts, ()
+        roles[node] = "latent_knob" if node in LEVEL_NODES else "knob"
+        weights = _ROOT_PRIOR.get(node, {})
+        rows[node] = (lambda w=weights, s=sts: _normalised(w, s, 1.0))
+    for node, sts in CONTEXT_NODES.items():
+        states[node], parents[node], roles[node] = sts, (), "context"
+        rows[node] = (lambda s=sts: np.ones(len(s)))
+    for cause in causes:
+        for trait, sts in cause.traits.items():
+            states[trait], parents[trait], roles[trait] = tuple(sts), (), "trait"
+            rows[trait] = (lambda s=tuple(sts): _normalised({s[0]: 8.0}, s, 1.0))
+    # Knob evidence.
+    for node, (parent, sts, table) in _KNOB_EVIDENCE.items():
+        states[node], parents[node], roles[node] = sts, (parent,), "knob_evidence"
+        rows[node] = (lambda t=table, s=sts, p=parent, **kw: _normalised(t[kw[p]], s, 0.05))
+    # Fault nodes: one per cause, the cause's rule as prior.
+    for cause in causes:
+        node = cause.fault_node
+        states[node], parents[node], roles[node] = ("no", "yes"), tuple(sorted(cause.parents)), \
+            "fault"
+        rows[node] = (lambda c=cause, **kw: (lambda p: np.array([1.0 - p, p]))(
+            float(min(max(c.rule(**kw), 1e-3), 1 - 1e-3))))
+    # Root cause: the present fault with the highest priority (split by priority).
+    fault_nodes = tuple(sorted(c.fault_node for c in causes))
+    by_fault = {c.fault_node: c for c in causes}
+    rc_states = tuple([NO_CAUSE] + [c.name for c in causes])
+    states["root_cause"], parents["root_cause"], roles["root_cause"] = rc_states, fault_nodes, \
+        "root_cause"
+
+    def rc_row(**kw: str) -> np.ndarray:
+        active = [by_fault[f] for f in fault_nodes if kw[f] == "yes"]
+        w = {c.name: c.priority for c in active} if active else {NO_CAUSE: 1.0}
+        return _normalised(w, rc_states, 0.01)
+
+    rows["root_cause"] = rc_row
+    # Failure type given root cause.
+    ft_states = tuple(m.name for m in modes)
+    states["failure_type"], parents["failure_type"], roles["failure_type"] = ft_states, \
+        ("root_cause",), "failure_type"
+    produce = {c.name: dict(c.failure_types) for c in causes}
+    produce[NO_CAUSE] = {HEALTHY: 1.0}
+    rows["failure_type"] = lambda root_cause: _normalised(produce[root_cause], ft_states, 0.02)
+
+    # Slice nodes.
+    by_mode = {m.name: m for m in modes}
+    kinds = {"loss": LOSS_STATES, "grad": GRAD_STATES, "act": ACT_STATES}
+    for t in range(n_slices):
+        when = "early" if t < max(1, n_slices - 2) else "late"
+        for kind, sts in kinds.items():
+            for b in ([None] if kind == "loss" else range(n_blocks)):
+                node = slice_node(kind, t, b)
+                ps = ["failure_type"]
+                if t > 0:
+                    ps.append(slice_node(kind, t - 1, b))
+                neighbour = None
+                if kind == "grad" and b is not None and b < n_blocks - 1:
+                    neighbour = slice_node(kind, t, b + 1)
+                if kind == "act" and b is not None and b > 0:
+                    neighbour = slice_node(kind, t, b - 1)
+                if neighbour:
+                    ps.append(neighbour)
+                where = (when,) if b is None else (
+                    when, "output" if b == n_blocks - 1 else "input")
+                prev = slice_node(kind, t - 1, b) if t > 0 else None
+                states[node], parents[node], roles[node] = sts, tuple(sorted(ps)), "slice"
+
+                def slice_row(_k=kind, _w=where, _s=sts, _prev=prev, _nb=neighbour,
+                              **kw: str) -> np.ndarray:
+                    base = np.array(by_mode[kw["failure_type"]].weights(_k, _w, _s))
+                    tilt = np.ones(len(_s))
+                    if _prev is not None:
+                        tilt[_s.index(kw[_prev])] *= persistence
+                    if _nb is not None:
+                        tilt[_s.index(kw[_nb])] *= coupling
+                    return base * tilt
+
+                rows[node] = slice_row
+
+    prior = {}
+    for node in states:
+        strength = prior_strength
+        prior[node] = _table(node, states[node], parents[node], states, rows[node], strength)
+    return Structure(states=states, parents=parents, roles=roles, prior=prior,
+                     n_slices=n_slices, n_blocks=n_blocks)
+
+
+def _fix_value(ground_truth: dict[str, Any], knob: str) -> float | None:
+    fixes = [ground_truth.get("canonical_fix") or {}] + list(
+        ground_truth.get("equivalent_fixes") or [])
+    for fix in fixes:
+        value = fix.get(knob) if isinstance(fix, dict) else None
+        if isinstance(value, (int, float)) and value > 0:
+            return float(value)
+    return None
+
+
+def level_index(offset_levels: float, n_states: int, centred: bool) -> int:
+    """State index of a level ``offset_levels`` steps from "ok" (clipped to the range)."""
+    centre = n_states // 2 if centred else 0
+    return int(min(max(round(offset_levels) + centre, 0), n_states - 1))
+
+
+def training_labels(ground_truth: dict[str, Any]) -> dict[str, str]:
+    """States of the latent nodes of a fitting run, from its ground truth.
+
+    Used only by ``fit``: latent knob levels, traits, fault nodes, root cause and failure
+    type. A run's knob level is its offset from "ok" in ``LEVEL_WIDTH`` decades: the
+    canonical fix of its cause says how far (``lr_scale=0.01`` fixes a learning rate two
+    decades too high), and the run's own knob multipliers move it further.
+
+    Parameters
+    ----------
+    ground_truth : dict
+        ``trace.meta["ground_truth"]`` of a failure-zoo run.
+
+    Returns
+    -------
+    dict of str to str
+    """
+    causes = list_root_causes()
+    names = {c.name for c in causes}
+    failure = ground_truth.get("failure_type") or HEALTHY
+    cause = ground_truth.get("root_cause") or NO_CAUSE
+    if failure == HEALTHY:
+        cause = NO_CAUSE
+    elif cause not in names:
+        cause = "unknown"
+    labels: dict[str, str] = {"failure_type": failure, "root_cause": cause}
+    knobs = ground_truth.get("knobs") or {}
+    for node, knob in LEVEL_NODES.items():
+        width = LEVEL_WIDTH[node]
+        offset = 0.0
+        if cause in _CAUSE_LEVEL and _CAUSE_LEVEL[cause][0] == node:
+            direction = _CAUSE_LEVEL[cause][1]
+            fix = _fix_value(ground_truth, knob)
+            offset = -math.log10(fix) / width if fix else float(direction)
+            offset = direction * max(1.0, direction * offset)
+            scale = knobs.get(knob)
+            if isinstance(scale, (int, float)) and scale > 0:
+                offset += math.log10(scale) / width
+        sts = KNOB_NODES[node]
+        labels[node] = sts[level_index(offset, len(sts), centred=sts[0] != "ok")]
+    for c in causes:
+        labels.update(c.trait_labels({**ground_truth, "root_cause": cause}))
+        labels[c.fault_node] = "yes" if cause == c.name else "no"
+    return labels
