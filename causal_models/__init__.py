@@ -1,0 +1,153 @@
+"""Probabilistic causal model of training failures: a time-sliced Bayesian network.
+
+A trace is discretized into time slices and layer blocks (:mod:`.discretize`); the
+registered rules give the network's edges and Dirichlet priors (:mod:`.registry`,
+:mod:`.structure`); :class:`ProbabilisticReasoner` fits the tables on failure-zoo traces and
+answers posteriors, ``do()`` queries and counterfactual what-ifs (:mod:`.network`,
+:mod:`.interventions`), with calibrated confidences (:mod:`.calibration`).
+
+>>> import causal_models
+>>> model = causal_models.load_default_model()                  # doctest: +SKIP
+>>> model.explain(trace)[0]                                       # doctest: +SKIP
+>>> model.what_if(trace, lr_scale=0.1).p_failure                  # doctest: +SKIP
+
+Importing this package registers the ``"probabilistic"`` method with
+:mod:`neuraldbg.methods` (when that registry exists), backed by the default model.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from causal_models.calibration import (
+    Calibrator,
+    brier_score,
+    calibration_report,
+    expected_calibration_error,
+    negative_log_likelihood,
+)
+from causal_models.discretize import Bins, Discretized, discretize
+from causal_models.export import cpd_frame, cpd_frames, to_mermaid, to_networkx
+from causal_models.interventions import Counterfactual, intervene, what_if
+from causal_models.network import ProbabilisticReasoner
+from causal_models.registry import (
+    FailureMode,
+    RootCause,
+    get_failure_mode,
+    get_root_cause,
+    list_failure_modes,
+    list_root_causes,
+    register_failure_mode,
+    register_root_cause,
+    unregister,
+)
+
+__all__ = [
+    "ProbabilisticReasoner",
+    "Counterfactual",
+    "load_default_model",
+    "DEFAULT_MODEL_PATH",
+    "discretize",
+    "Discretized",
+    "Bins",
+    "intervene",
+    "what_if",
+    "Calibrator",
+    "calibration_report",
+    "expected_calibration_error",
+    "brier_score",
+    "negative_log_likelihood",
+    "to_networkx",
+    "to_mermaid",
+    "cpd_frame",
+    "cpd_frames",
+    "FailureMode",
+    "RootCause",
+    "register_failure_mode",
+    "register_root_cause",
+    "unregister",
+    "get_failure_mode",
+    "get_root_cause",
+    "list_failure_modes",
+    "list_root_causes",
+]
+
+#: The shipped default model (JSON, re-fitted by ``python -m causal_models.fit_default``).
+DEFAULT_MODEL_PATH = Path(__file__).parent / "data" / "default_model.json"
+_DEFAULT: dict[str, Any] = {}
+
+
+def load_default_model(*, reload: bool = False) -> ProbabilisticReasoner:
+    """The fitted default model shipped with the package (cached after the first load).
+
+    Parameters
+    ----------
+    reload : bool, default=False
+        Read the JSON file again instead of returning the cached model.
+
+    Returns
+    -------
+    ProbabilisticReasoner
+
+    Raises
+    ------
+    FileNotFoundError
+        If the package ships no default model; ``python -m causal_models.fit_default``
+        writes it.
+    """
+    if reload or "model" not in _DEFAULT:
+        if not DEFAULT_MODEL_PATH.is_file():
+            raise FileNotFoundError(
+                f"No default causal model at {DEFAULT_MODEL_PATH}. Fit it with "
+                "`python -m causal_models.fit_default` or fit a ProbabilisticReasoner on "
+                "your own traces.")
+        start = time.perf_counter()
+        model = ProbabilisticReasoner.from_dict(json.loads(DEFAULT_MODEL_PATH.read_text()))
+        model.load_seconds_ = time.perf_counter() - start
+        _DEFAULT["model"] = model
+    return _DEFAULT["model"]
+
+
+class _DefaultProbabilistic:
+    """The ``"probabilistic"`` method of :mod:`neuraldbg.methods`: the default model."""
+
+    name = "probabilistic"
+
+    def __init__(self, model: ProbabilisticReasoner | None = None) -> None:
+        self.model = model
+
+    def _model(self) -> ProbabilisticReasoner:
+        return self.model if self.model is not None else load_default_model()
+
+    def explain(self, trace: Any) -> list[Any]:
+        """Ranked hypotheses with posterior confidences."""
+        return self._model().explain(trace)
+
+    def predict_proba(self, traces: Any) -> Any:
+        """Posterior over failure types (columns ``classes_``)."""
+        return self._model().predict_proba(traces)
+
+    @property
+    def classes_(self) -> Any:
+        """Failure types and ``"healthy"``."""
+        return self._model().classes_
+
+
+def _register_method() -> None:
+    try:
+        from neuraldbg import methods
+    except ImportError:  # the method registry is not there
+        return
+    register = getattr(methods, "register_method", None)
+    if register is None:
+        return
+    try:
+        register("probabilistic")(_DefaultProbabilistic)
+    except ValueError:  # already registered (a reload, or a user's own "probabilistic")
+        pass
+
+
+_register_method()
