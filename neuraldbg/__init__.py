@@ -5,7 +5,7 @@ run as a :class:`Trace`, and explain the failure afterwards.
 """
 
 from neuraldbg.capture import CaptureConfig
-from neuraldbg.debugger import NeuralDbg
+from neuraldbg.debugger import NeuralDbg, what_if
 from neuraldbg.errors import (
     CaptureError,
     NeuralDbgError,
@@ -21,6 +21,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "NeuralDbg",
+    "what_if",
     "CaptureConfig",
     "Trace",
     "load_trace",

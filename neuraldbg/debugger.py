@@ -3,9 +3,41 @@ diagnosis entry points, which read the recorded trace and never touch the hooks.
 
 from __future__ import annotations
 
-from neuraldbg.capture import Recorder
+from typing import Any
 
-__all__ = ["NeuralDbg"]
+from neuraldbg.capture import Recorder
+from neuraldbg.trace import Trace
+
+__all__ = ["NeuralDbg", "what_if"]
+
+
+def what_if(trace: Trace, **knobs: Any) -> Any:
+    """What the run would have done under changed knobs, from its trace (no re-training).
+
+    The counterfactual of the probabilistic causal model (abduction, action, prediction);
+    ``causal_models`` is imported on first use.
+
+    Parameters
+    ----------
+    trace : Trace
+        The run as it happened.
+    **knobs
+        ``lr_scale``, ``init_scale``, ``input_scale``, ``grad_clip``, ``activation``,
+        ``normalization`` (relative to the run).
+
+    Returns
+    -------
+    causal_models.Counterfactual
+        ``p_failure_factual``, ``p_failure``, ``failure_type`` and metadata.
+
+    Raises
+    ------
+    ValueError
+        For an unknown knob or value.
+    """
+    import causal_models  # lazy: neuraldbg does not import causal_models at import time
+
+    return causal_models.load_default_model().what_if(trace, **knobs)
 
 
 class NeuralDbg(Recorder):
@@ -28,3 +60,10 @@ class NeuralDbg(Recorder):
     >>> len(dbg.trace.steps)
     3
     """
+
+    def what_if(self, **knobs: Any) -> Any:
+        """Counterfactual for the recorded run, e.g. ``dbg.what_if(lr_scale=0.1)``.
+
+        See :func:`neuraldbg.debugger.what_if`; works during and after the ``with`` block.
+        """
+        return what_if(self.trace, **knobs)
