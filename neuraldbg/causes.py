@@ -1,0 +1,270 @@
+"""Root-cause evidence: what the trace and the run's configuration say about each cause.
+
+Used by the Hypothesis Generator (:mod:`neuraldbg.hypotheses`) to rank the causes of a
+symptom. Every support value is in [0, 1] and comes from a measured quantity compared with
+a threshold of :class:`~neuraldbg.states.ThresholdConfig` through :func:`logistic_support`,
+so a cause is favoured exactly as far as its evidence reaches:
+
+- learning rate: the update ratio ||dW||/||W|| before the failure (too high above 1e-2, too
+  low below 1e-5) and learning-rate jumps in ``trace.steps`` just before a blow-up;
+- initialisation: the median gain std(output)/rms(input) of the Linear/Conv layers at the
+  first step, against PyTorch's default 1/sqrt(3) (weights U(+-1/sqrt(fan_in))): for
+  y = Wx, E[y^2] = fan_in * Var(w) * E[x^2], so the gain measures the init scale against
+  each layer's fan-in without needing the fan-in itself;
+- inputs: the first layer's input rms, read directly where a shape-only module (Flatten)
+  precedes it, else its output std divided by the gain of the other layers;
+- pre-activations: mean/std of the output feeding a dead layer (a large negative bias puts
+  it far below zero from the first step);
+- architecture and config: activation families, normalization layers, recurrent modules,
+  configured gradient clipping (``trace.meta["config"]``, never the ground truth).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from neuraldbg.events import LossDynamics
+from neuraldbg.states import StateTable, ThresholdConfig
+from neuraldbg.trace import Trace
+
+__all__ = ["RunFacts", "gather_facts", "logistic_support", "score_causes"]
+
+_RECURRENT = ("RNN", "GRU", "LSTM", "RNNCell", "GRUCell", "LSTMCell")
+_WEIGHT_TYPES = ("Linear", "Conv1d", "Conv2d", "Conv3d", "Bilinear", "LazyLinear",
+                 "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d")
+
+
+def logistic_support(value: float, threshold: float, above: bool = True,
+                     decades: float = 0.5) -> float:
+    """Support in [0, 1] for "``value`` is beyond ``threshold``", graded on a log scale.
+
+    0.5 at the threshold, 0.9 one ``2 * decades`` beyond it... precisely
+    ``1 / (1 + 3 ** (-d / decades))`` with ``d`` the distance in decades past the threshold
+    (negative before it): 0.75 at ``decades`` past, 0.25 at ``decades`` short.
+
+    Parameters
+    ----------
+    value, threshold : float
+        Positive numbers; NaN or non-positive values give 0.
+    above : bool, default=True
+        Support for ``value > threshold`` (else for ``value < threshold``).
+    decades : float, default=0.5
+    """
+    if not (value > 0 and threshold > 0 and math.isfinite(value)):
+        return 0.0
+    d = math.log10(value / threshold)
+    d = d if above else -d
+    return float(1.0 / (1.0 + 3.0 ** (-d / decades)))
+
+
+@dataclass(frozen=True, slots=True)
+class RunFacts:
+    """Cause-relevant facts about a run (see the module docstring).
+
+    Attributes
+    ----------
+    update_ratio : float
+        Median ||dW||/||W|| per step before any failure (NaN without an optimizer).
+    lr : float
+        Median learning rate (steps table, else the config).
+    lr_jump_steps : tuple of int
+    init_gain : float
+        Median gain std(out)/rms(in) of the Linear/Conv layers after the first, at the first
+        recorded step (NaN if no layer pair is measured).
+    n_gain_pairs : int
+    input_rms : float
+        Estimated rms of the network input (NaN when unknown).
+    first_layer : str
+        First parameterised module in forward order.
+    saturating_modules : tuple of str
+        Sigmoid/tanh modules.
+    rectifier_modules : tuple of str
+    has_normalization : bool
+    recurrent : bool
+    grad_clip : float or None
+        From the config.
+    n_weight_layers : int
+    config : dict
+    """
+
+    update_ratio: float
+    lr: float
+    lr_jump_steps: tuple[int, ...]
+    init_gain: float
+    n_gain_pairs: int
+    input_rms: float
+    first_layer: str
+    saturating_modules: tuple[str, ...]
+    rectifier_modules: tuple[str, ...]
+    has_normalization: bool
+    recurrent: bool
+    grad_clip: float | None
+    n_weight_layers: int
+    config: dict[str, Any] = field(default_factory=dict)
+
+
+def _rms(states: StateTable, row: int) -> np.ndarray:
+    m = states.measures
+    return np.sqrt(m["act_std"][row] ** 2 + m["act_mean"][row] ** 2)
+
+
+def gather_facts(trace: Trace, states: StateTable, dyn: LossDynamics) -> RunFacts:
+    """Collect :class:`RunFacts` from a trace, its states and its loss dynamics."""
+    cfg_run = dict(trace.meta.get("config") or {})
+    names, types, fams = states.module_names, states.module_types, states.families
+    mods = trace.modules.set_index("module_name").reindex(names)
+    trainable = mods["n_trainable"].fillna(0).to_numpy() > 0
+    weight = np.array([t in _WEIGHT_TYPES for t in types]) & trainable
+    first_layer = (names[int(np.argmax(trainable))] if trainable.any()
+                   else (names[0] if names else ""))
+
+    init_gain, n_pairs, input_rms = float("nan"), 0, float("nan")
+    observed = states.measures["observed"]
+    rows = np.flatnonzero(observed.any(axis=1))
+    if len(rows) and len(names):
+        r = int(rows[0])
+        rms = _rms(states, r)
+        std = states.measures["act_std"][r]
+        ok = observed[r] & np.isfinite(rms) & (rms > 0)
+        idx = np.flatnonzero(weight)
+        # Gain std(out)/rms(in): with random weights E[Wx] = 0, so std(out) carries the
+        # whole input signal while a constant bias (which moves only the mean) is ignored.
+        gains = [std[j] / rms[j - 1] for j in idx[1:] if ok[j] and ok[j - 1]]
+        n_pairs = len(gains)
+        if gains:
+            init_gain = float(np.median(gains))
+        if len(idx):
+            j0 = int(idx[0])
+            if j0 == 1 and ok[0] and fams[0] == "other":
+                input_rms = float(rms[0])  # a Flatten/reshape in front shows the input itself
+            elif ok[j0] and "norm" not in fams[:j0]:
+                gain = init_gain if math.isfinite(init_gain) else states.config.default_gain
+                input_rms = float(std[j0] / gain)
+    lr_col = (trace.steps["lr"].to_numpy(dtype=float, na_value=np.nan)
+              if "lr" in trace.steps.columns else np.array([]))
+    if np.isfinite(lr_col).any():
+        lr = float(np.nanmedian(lr_col))
+    else:
+        try:
+            lr = float(cfg_run.get("lr", "nan"))
+        except (TypeError, ValueError):
+            lr = float("nan")
+    clip = cfg_run.get("grad_clip", cfg_run.get("clip_grad_norm"))
+    try:
+        clip = float(clip) if clip not in (None, False, "none", "None") else None
+    except (TypeError, ValueError):
+        clip = None
+    norm_cfg = str(cfg_run.get("normalization", "")).lower()
+    has_norm = any(f == "norm" for f in fams) or norm_cfg in ("batch", "layer")
+    return RunFacts(
+        update_ratio=dyn.update_ratio, lr=lr, lr_jump_steps=dyn.lr_jump_steps,
+        init_gain=init_gain, n_gain_pairs=n_pairs, input_rms=input_rms, first_layer=first_layer,
+        saturating_modules=tuple(n for n, f in zip(names, fams, strict=True)
+                                 if f in ("sigmoid", "tanh")),
+        rectifier_modules=tuple(n for n, f in zip(names, fams, strict=True) if f == "relu"),
+        has_normalization=has_norm, recurrent=any(t in _RECURRENT for t in types),
+        grad_clip=clip if clip and clip > 0 else None, n_weight_layers=int(weight.sum()),
+        config=cfg_run)
+
+
+def _lr_jump_before(facts: RunFacts, step: int, window: int) -> bool:
+    return any(step - window <= s <= step for s in facts.lr_jump_steps)
+
+
+def score_causes(failure_type: str, *, onset: int, first_step: int, facts: RunFacts,
+                 cfg: ThresholdConfig, extra: dict[str, float] | None = None
+                 ) -> dict[str, tuple[float, dict[str, Any]]]:
+    """Support of each candidate root cause of one symptom.
+
+    Parameters
+    ----------
+    failure_type : str
+        A failure type of the contract's vocabulary.
+    onset : int
+        Step the symptom appeared.
+    first_step : int
+        First recorded step (a symptom present there was present from the start).
+    facts : RunFacts
+    cfg : ThresholdConfig
+    extra : dict, optional
+        Symptom-specific numbers: ``preact_z`` (mean/std feeding a dead layer),
+        ``origin_is_first_activation`` (1.0/0.0), ``saturating_share`` (share of the
+        activations on a vanishing path that saturate), ``upstream_instability``.
+
+    Returns
+    -------
+    dict of str to (float, dict)
+        Cause -> (support in [0, 1], the evidence behind it). Causes without support are
+        left out.
+    """
+    extra = extra or {}
+    from_start = onset <= first_step
+    ur = facts.update_ratio
+    lr_high = logistic_support(ur, cfg.update_ratio_high)
+    jump = _lr_jump_before(facts, onset, cfg.lr_jump_window)
+    init_large = (logistic_support(facts.init_gain, cfg.init_gain_high)
+                  if facts.n_gain_pairs else 0.0)
+    init_small = (logistic_support(facts.init_gain, cfg.init_gain_low, above=False)
+                  if facts.n_gain_pairs else 0.0)
+    inputs = logistic_support(facts.input_rms, cfg.input_scale_high)
+    no_clip = facts.grad_clip is None
+    deep_plain = (not facts.has_normalization) and facts.n_weight_layers >= 6
+    ev_lr = {"update_ratio": ur, "threshold": cfg.update_ratio_high, "lr": facts.lr,
+             "lr_jump_before_onset": jump}
+    ev_init = {"init_gain": facts.init_gain, "default_gain": cfg.default_gain,
+               "n_layers_measured": facts.n_gain_pairs}
+    out: dict[str, tuple[float, dict[str, Any]]] = {}
+
+    def put(cause: str, support: float, evidence: dict[str, Any]) -> None:
+        if support >= 0.05:
+            out[cause] = (float(min(1.0, support)), evidence)
+
+    if failure_type in ("exploding_gradients", "loss_divergence"):
+        # A jump of the learning rate right before the blow-up is the strongest sign.
+        s = max(lr_high * (0.6 if from_start else 1.0), 0.95 if jump else 0.0)
+        put("learning_rate_too_high", s, ev_lr)
+        put("init_scale_too_large", init_large * (1.0 if from_start else 0.7), ev_init)
+        if failure_type == "loss_divergence":
+            put("unnormalized_inputs", 0.8 * inputs, {"input_rms": facts.input_rms})
+        if no_clip:
+            put("missing_gradient_clipping", 0.8 if facts.recurrent else 0.25,
+                {"grad_clip": None, "recurrent": facts.recurrent})
+        if deep_plain and failure_type == "exploding_gradients":
+            put("missing_normalization", 0.3, {"n_weight_layers": facts.n_weight_layers})
+    elif failure_type == "vanishing_gradients":
+        share = float(extra.get("saturating_share", 0.0))
+        put("saturating_activation", (0.4 + 0.5 * share) if share > 0 else 0.0,
+            {"saturating_share": share, "saturating_modules": list(facts.saturating_modules)})
+        put("init_scale_too_small", init_small, ev_init)
+        if deep_plain:
+            put("missing_normalization", 0.4, {"n_weight_layers": facts.n_weight_layers,
+                                               "normalization_layers": 0})
+    elif failure_type == "dead_neurons":
+        z = float(extra.get("preact_z", float("nan")))
+        if math.isfinite(z):
+            neg = 1.0 / (1.0 + 3.0 ** (-(-z - 2.0)))  # 0.5 at mean = -2 std, ~0.9 at -4 std
+            put("negative_bias_init", neg * (1.0 if from_start else 0.5),
+                {"preactivation_mean_over_std": z})
+        later = 0.0 if from_start else max(lr_high, 0.9 if jump else 0.0,
+                                           float(extra.get("upstream_instability", 0.0)))
+        put("learning_rate_too_high", later, ev_lr)
+        put("init_scale_too_large", init_large * 0.5, ev_init)
+    elif failure_type == "saturated_activations":
+        first_act = float(extra.get("origin_is_first_activation", 0.0))
+        put("unnormalized_inputs", inputs * (0.5 + 0.5 * first_act),
+            {"input_rms": facts.input_rms, "threshold": cfg.input_scale_high})
+        put("init_scale_too_large", init_large, ev_init)
+        put("learning_rate_too_high", 0.0 if from_start else max(lr_high, 0.9 if jump else 0.0),
+            ev_lr)
+        put("saturating_activation", 0.35, {"saturating_modules": list(facts.saturating_modules)})
+    elif failure_type == "training_plateau":
+        low = logistic_support(ur, cfg.update_ratio_low, above=False)
+        put("learning_rate_too_low", low, {"update_ratio": ur, "threshold": cfg.update_ratio_low,
+                                           "lr": facts.lr})
+        put("learning_rate_too_high", 0.5 * lr_high, ev_lr)
+        put("init_scale_too_small", 0.5 * init_small, ev_init)
+    return out

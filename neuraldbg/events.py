@@ -1,0 +1,317 @@
+"""Event Extractor: semantic events from module states and from the loss curve.
+
+Second stage of the heuristic Post-Mortem Reasoner (states -> **events** -> compression ->
+hypotheses). An :class:`~neuraldbg.records.Event` is emitted
+
+- on every change of a module's gradient or activation state (into a failure and back), and
+- on the first observation of a module that is already unhealthy (``from_state`` is
+  ``"unobserved"``), so a run that is sick from step 0 still produces events;
+- for the loss and the run as a whole (module name ``"<loss>"`` / ``"<model>"``): the loss
+  turning non-finite, a loss spike, a loss blow-up, a plateau, the global gradient norm
+  exploding, and a learning-rate jump. These use ``trace.steps``, which has every step, so
+  their onset is exact even when module statistics were recorded only every ``k`` steps.
+
+Transitions are found with array operations; Python runs once per event, not per row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from neuraldbg.records import Event
+from neuraldbg.states import (
+    ACTIVATION_STATES,
+    GRADIENT_STATES,
+    ActivationHealth,
+    GradientHealth,
+    StateTable,
+    ThresholdConfig,
+)
+from neuraldbg.trace import Trace
+
+__all__ = ["LOSS", "MODEL", "LossDynamics", "loss_dynamics", "extract_events"]
+
+#: Module name of events about the loss.
+LOSS = "<loss>"
+#: Module name of events about the run as a whole (global gradient norm, learning rate).
+MODEL = "<model>"
+
+# Statistic behind each unhealthy state (the evidence an event carries).
+_GRAD_EVIDENCE = {
+    GradientHealth.VANISHING: ("out_grad_norm", "grad_ratio"),
+    GradientHealth.EXPLODING: ("out_grad_norm", "grad_growth", "grad_depth_ratio"),
+    GradientHealth.SATURATED: ("out_grad_norm", "grad_drop", "act_frac_saturated"),
+    GradientHealth.HEALTHY: ("out_grad_norm", "grad_ratio"),
+}
+_ACT_EVIDENCE = {
+    ActivationHealth.DEAD: ("act_frac_dead", "act_mean", "act_std"),
+    ActivationHealth.SATURATED: ("act_frac_saturated", "act_mean", "act_std"),
+    ActivationHealth.ANOMALOUS: ("act_nan", "act_inf", "act_max_abs", "act_growth"),
+    ActivationHealth.NORMAL: ("act_frac_dead", "act_frac_saturated"),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class LossDynamics:
+    """What the loss curve and the step table say about the run.
+
+    Attributes
+    ----------
+    n_steps : int
+    baseline : float
+        Median of the first finite losses (the run's starting level).
+    improvement : float
+        (first-window median - last-window median) / |first-window median|, over the finite
+        part of the run; NaN when too short.
+    stall : float
+        In [0, 1]: 1 - improvement / 0.5, clipped. 0 for a loss that halved or better, 1 for
+        one that did not move or rose.
+    plateau_step : int or None
+        Where the loss stopped improving, when the run stalled (improvement below
+        ``plateau_improvement`` over at least ``plateau_min_steps`` steps).
+    nonfinite_step : int or None
+        First step with a NaN/Inf loss.
+    blowup_step : int or None
+        First step with a finite loss above ``loss_blowup`` x baseline.
+    grad_explode_step : int or None
+        First step with the global gradient norm above ``explode_growth`` x its baseline (the
+        smallest of its first values), or non-finite.
+    lr_jump_steps : tuple of int
+        Steps where the learning rate rose at least ``lr_jump``-fold over the previous step.
+    spike_steps : tuple of int
+        Onsets of loss spikes.
+    update_ratio : float
+        Median ||dW||/||W|| per step before any failure onset (NaN if unknown).
+    grad_growth_max : float
+        Largest global gradient norm / baseline before the loss turned non-finite.
+    """
+
+    n_steps: int
+    baseline: float
+    improvement: float
+    stall: float
+    plateau_step: int | None
+    nonfinite_step: int | None
+    blowup_step: int | None
+    grad_explode_step: int | None
+    lr_jump_steps: tuple[int, ...]
+    spike_steps: tuple[int, ...]
+    update_ratio: float
+    grad_growth_max: float
+
+
+def _first(mask: np.ndarray, steps: np.ndarray) -> int | None:
+    idx = np.flatnonzero(mask)
+    return int(steps[idx[0]]) if len(idx) else None
+
+
+def _onsets(mask: np.ndarray) -> np.ndarray:
+    """Indices where a boolean series turns on."""
+    prev = np.concatenate([[False], mask[:-1]])
+    return np.flatnonzero(mask & ~prev)
+
+
+def loss_dynamics(trace: Trace, config: ThresholdConfig | None = None) -> LossDynamics:
+    """Summarise the loss curve, the global gradient norm and the learning rate of a run.
+
+    Parameters
+    ----------
+    trace : Trace
+    config : ThresholdConfig, optional
+
+    Returns
+    -------
+    LossDynamics
+    """
+    cfg = config or ThresholdConfig()
+    st = trace.steps
+    n = len(st)
+    steps = st["step"].to_numpy(dtype=np.int64) if n else np.zeros(0, np.int64)
+
+    def col(name: str) -> np.ndarray:
+        if name in st.columns:
+            return st[name].to_numpy(dtype=np.float64, na_value=np.nan)
+        return np.full(n, np.nan)
+
+    loss, lr, gnorm, upd = col("loss"), col("lr"), col("grad_norm"), col("update_ratio")
+    # A step that did not finish has NaN loss by construction; only a real NaN/Inf counts.
+    complete = (st["complete"].to_numpy(dtype=bool) if "complete" in st.columns
+                else np.ones(n, bool))
+    nonfinite = complete & ~np.isfinite(loss)
+    if not (np.isfinite(loss).any() or np.isinf(loss).any()):
+        nonfinite[:] = False  # no loss was ever passed to dbg.step: nothing to judge
+    nonfinite_step = _first(nonfinite, steps)
+    finite = np.isfinite(loss)
+    fin_idx = np.flatnonzero(finite)
+    k = cfg.baseline_steps
+    baseline = float(np.median(loss[fin_idx[:k]])) if len(fin_idx) else float("nan")
+
+    # Spikes: a finite loss above spike_factor x the trailing median of the previous losses.
+    trailing = (pd.Series(loss).rolling(cfg.loss_window, min_periods=3).median()
+                .shift(1).to_numpy())
+    with np.errstate(invalid="ignore"):
+        spike = finite & (loss > cfg.loss_spike_factor * np.abs(trailing)) & (trailing > 0)
+        blow = finite & (loss > cfg.loss_blowup * abs(baseline)) & (baseline > 0)
+    spike_steps = tuple(int(steps[i]) for i in _onsets(spike))
+    blowup_step = _first(blow, steps)
+
+    # Global gradient norm against its early baseline.
+    gfin = np.flatnonzero(np.isfinite(gnorm) & (gnorm > 0))
+    gbase = float(np.min(gnorm[gfin[:k]])) if len(gfin) else float("nan")
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ggrowth = gnorm / gbase
+        gexp = (ggrowth > cfg.explode_growth) | (complete & np.isinf(gnorm))
+    grad_explode_step = _first(gexp, steps)
+    stop = n if nonfinite_step is None else int(np.searchsorted(steps, nonfinite_step))
+    pre = ggrowth[:stop]
+    grad_growth_max = float(np.nanmax(pre)) if np.isfinite(pre).any() else float("nan")
+
+    with np.errstate(invalid="ignore", divide="ignore"):
+        lr_ratio = lr[1:] / lr[:-1]
+    jumps = np.flatnonzero(np.isfinite(lr_ratio) & (lr_ratio >= cfg.lr_jump)) + 1
+    lr_jump_steps = tuple(int(steps[i]) for i in jumps)
+
+    # Improvement over the finite prefix of the run (up to the first non-finite loss).
+    fin_prefix = loss[:stop]
+    fin_prefix = fin_prefix[np.isfinite(fin_prefix)]
+    m = len(fin_prefix)
+    w = max(5, int(round(cfg.plateau_window * m)))
+    improvement, stall, plateau_step = float("nan"), 0.0, None
+    if m >= max(cfg.plateau_min_steps, 2 * w):
+        first, last = np.median(fin_prefix[:w]), np.median(fin_prefix[-w:])
+        improvement = float((first - last) / max(abs(first), 1e-12))
+        stall = float(np.clip(1.0 - improvement / 0.5, 0.0, 1.0))
+        if improvement < cfg.plateau_improvement and nonfinite_step is None:
+            smooth = pd.Series(fin_prefix).rolling(w, min_periods=1, center=True).median()
+            suffix_min = smooth[::-1].cummin()[::-1].to_numpy()
+            done = (smooth.to_numpy() - suffix_min) <= cfg.plateau_improvement * abs(first)
+            fin_steps = steps[:stop][np.isfinite(loss[:stop])]
+            plateau_step = int(fin_steps[int(np.argmax(done))])
+
+    # Update ratio in the part of the run before anything went wrong.
+    onsets = [s for s in (nonfinite_step, blowup_step, grad_explode_step) if s is not None]
+    end = int(np.searchsorted(steps, min(onsets))) if onsets else n
+    u = upd[:max(end, 1)]
+    u = u[np.isfinite(u) & (u > 0)]
+    update_ratio = float(np.median(u)) if len(u) else float("nan")
+    return LossDynamics(
+        n_steps=n, baseline=baseline, improvement=improvement, stall=stall,
+        plateau_step=plateau_step, nonfinite_step=nonfinite_step, blowup_step=blowup_step,
+        grad_explode_step=grad_explode_step, lr_jump_steps=lr_jump_steps,
+        spike_steps=spike_steps, update_ratio=update_ratio, grad_growth_max=grad_growth_max)
+
+
+def _round(value: Any) -> Any:
+    if isinstance(value, (np.floating, float)):
+        v = float(value)
+        return v if np.isfinite(v) else str(v)
+    if isinstance(value, (np.integer, np.bool_)):
+        return value.item()
+    return value
+
+
+def _module_events(states: StateTable, domain: str) -> list[Event]:
+    codes = states.grad_state if domain == "gradient" else states.act_state
+    labels = GRADIENT_STATES if domain == "gradient" else ACTIVATION_STATES
+    healthy = 0  # HEALTHY / NORMAL are the first members of both enums
+    evidence_cols = _GRAD_EVIDENCE if domain == "gradient" else _ACT_EVIDENCE
+    if codes.size == 0:
+        return []
+    seen = np.where(codes >= 0, codes.astype(np.float64), np.nan)
+    prev = pd.DataFrame(seen).ffill().shift(1).to_numpy()
+    observed = codes >= 0
+    first_bad = observed & np.isnan(prev) & (codes != healthy)
+    change = observed & ~np.isnan(prev) & (codes != np.nan_to_num(prev, nan=-9))
+    rows, cols = np.nonzero(first_bad | change)
+    events = []
+    m = states.measures
+    cfg = states.config
+    thresholds = {
+        "grad_ratio": cfg.rel_vanish, "grad_growth": cfg.explode_growth,
+        "grad_depth_ratio": cfg.explode_depth, "grad_drop": cfg.sat_grad_drop,
+        "act_frac_dead": cfg.dead_frac, "act_frac_saturated": cfg.sat_frac,
+        "act_max_abs": cfg.act_overflow, "act_growth": cfg.act_growth,
+    }
+    for s, j in zip(rows.tolist(), cols.tolist(), strict=True):
+        to = labels[int(codes[s, j])]
+        p = prev[s, j]
+        frm = "unobserved" if np.isnan(p) else labels[int(p)].value
+        ev: dict[str, Any] = {"forward_index": j, "family": states.families[j]}
+        for c in evidence_cols[to]:
+            ev[c] = _round(m[c][s, j])
+        main = evidence_cols[to][1] if to in (GradientHealth.VANISHING, GradientHealth.EXPLODING,
+                                              GradientHealth.SATURATED) else evidence_cols[to][0]
+        if to not in (GradientHealth.HEALTHY, ActivationHealth.NORMAL) and main in thresholds:
+            ev["statistic"] = main
+            ev["threshold"] = thresholds[main]
+        events.append(Event(kind=f"{domain}_{to.value}", module_name=states.module_names[j],
+                            step=int(states.steps[s]), from_state=frm, to_state=to.value,
+                            evidence=ev))
+    return events
+
+
+def _step_events(trace: Trace, dyn: LossDynamics, cfg: ThresholdConfig) -> list[Event]:
+    st = trace.steps
+    events: list[Event] = []
+    if not len(st):
+        return events
+    steps = st["step"].to_numpy(dtype=np.int64)
+    loss = st["loss"].to_numpy(dtype=np.float64, na_value=np.nan)
+    complete = st["complete"].to_numpy(dtype=bool) if "complete" in st.columns else None
+    bad = ~np.isfinite(loss)
+    if complete is not None:
+        bad &= complete
+    if dyn.nonfinite_step is None:
+        bad[:] = False
+    for i in _onsets(bad):
+        events.append(Event("loss_nonfinite", LOSS, int(steps[i]), "finite", "nonfinite",
+                            {"loss": _round(loss[i])}))
+    idx = {int(s): i for i, s in enumerate(steps.tolist())}
+    for s in dyn.spike_steps:
+        events.append(Event("loss_spike", LOSS, s, "normal", "spike",
+                            {"loss": _round(loss[idx[s]]), "factor": cfg.loss_spike_factor}))
+    if dyn.blowup_step is not None:
+        events.append(Event("loss_blowup", LOSS, dyn.blowup_step, "normal", "blowup",
+                            {"loss": _round(loss[idx[dyn.blowup_step]]),
+                             "baseline": _round(dyn.baseline), "threshold": cfg.loss_blowup}))
+    if dyn.plateau_step is not None:
+        events.append(Event("loss_plateau", LOSS, dyn.plateau_step, "decreasing", "plateau",
+                            {"improvement": _round(dyn.improvement),
+                             "threshold": cfg.plateau_improvement}))
+    if dyn.grad_explode_step is not None:
+        events.append(Event("grad_norm_exploding", MODEL, dyn.grad_explode_step, "healthy",
+                            "exploding", {"threshold": cfg.explode_growth}))
+    lr = st["lr"].to_numpy(dtype=np.float64, na_value=np.nan) if "lr" in st.columns else None
+    for s in dyn.lr_jump_steps:
+        i = int(np.searchsorted(steps, s))
+        events.append(Event("lr_increase", MODEL, s, "steady", "increased",
+                            {"lr": _round(lr[i]) if lr is not None else None,
+                             "previous_lr": _round(lr[i - 1]) if lr is not None else None}))
+    return events
+
+
+def extract_events(trace: Trace, states: StateTable, dynamics: LossDynamics | None = None
+                   ) -> list[Event]:
+    """All events of a run, ordered by step, then forward order (loss and run events first).
+
+    Parameters
+    ----------
+    trace : Trace
+    states : StateTable
+        Output of :func:`neuraldbg.states.classify_states` for ``trace``.
+    dynamics : LossDynamics, optional
+        Output of :func:`loss_dynamics`; computed when omitted.
+
+    Returns
+    -------
+    list of Event
+    """
+    dyn = dynamics or loss_dynamics(trace, states.config)
+    events = (_step_events(trace, dyn, states.config) + _module_events(states, "gradient")
+              + _module_events(states, "activation"))
+    events.sort(key=lambda e: (e.step, e.evidence.get("forward_index", -1)))
+    return events

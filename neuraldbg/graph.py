@@ -1,0 +1,159 @@
+"""The causal graph of a diagnosis: a ``networkx.DiGraph`` and its Mermaid flowchart text.
+
+Nodes are root causes, failures (one per failure type, at its origin layer and step) and
+layers (origins and the layers a failure passed through). Edges carry a ``relation``
+(``causes``, ``originates_in``, ``propagates``, ``explains``, or a coupling mechanism such
+as ``blocks_gradient``) and a ``step_gap``. A ``DiGraph`` holds one edge per ordered pair,
+so the graph and its Mermaid text are deduplicated by construction: a second relation
+between the same two nodes is merged into the first edge's label.
+
+Mermaid node ids are generated (``n0``, ``n1``, ...), never derived from module names, so any
+name is safe; labels are quoted with Mermaid's entity codes for ``"``, ``#``, ``<``, ``>``,
+``|`` and ``&``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import networkx as nx
+
+from neuraldbg.compressor import CoupledFailure
+from neuraldbg.records import Hypothesis
+
+__all__ = ["build_causal_graph", "to_mermaid", "escape_label"]
+
+_MAX_PATH_NODES = 8
+_MIN_CONFIDENCE = 0.1
+
+
+def escape_label(text: str) -> str:
+    """Escape text for a quoted Mermaid label (entity codes, ``#`` first)."""
+    out = text.replace("#", "#35;")
+    for ch, code in (('"', "#quot;"), ("<", "#lt;"), (">", "#gt;"), ("|", "#124;"),
+                     ("&", "#amp;")):
+        out = out.replace(ch, code)
+    return out.replace("\n", " ")
+
+
+def _add_edge(g: nx.DiGraph, u: str, v: str, relation: str, gap: int | None) -> None:
+    if u == v:
+        return
+    if g.has_edge(u, v):
+        data = g.edges[u, v]
+        if relation not in data["relations"]:
+            data["relations"].append(relation)
+        if gap is not None and (data["step_gap"] is None or gap < data["step_gap"]):
+            data["step_gap"] = gap
+        data["relation"] = "/".join(data["relations"])
+        return
+    g.add_edge(u, v, relation=relation, relations=[relation], step_gap=gap)
+
+
+def build_causal_graph(hypotheses: Sequence[Hypothesis],
+                       coupled: Sequence[CoupledFailure] = (), *,
+                       min_confidence: float = _MIN_CONFIDENCE) -> nx.DiGraph:
+    """Causal graph of a diagnosis.
+
+    Parameters
+    ----------
+    hypotheses : sequence of Hypothesis
+        Ranked hypotheses (any method; propagation is read from their metadata when present).
+    coupled : sequence of CoupledFailure, optional
+        Coupled failures; those between layers already in the graph become edges.
+    min_confidence : float, default=0.1
+        Hypotheses below this confidence are left out.
+
+    Returns
+    -------
+    networkx.DiGraph
+        Node attributes ``kind`` (``cause``, ``failure``, ``layer``), ``label`` and, for
+        failures, ``confidence``, ``origin_layer``, ``origin_step``. Edge attributes
+        ``relation`` and ``step_gap``.
+    """
+    g = nx.DiGraph()
+    best: dict[str, Hypothesis] = {}
+    for h in hypotheses:
+        if h.confidence >= min_confidence and (h.failure_type not in best or
+                                               h.confidence > best[h.failure_type].confidence):
+            best[h.failure_type] = h
+    for h in hypotheses:
+        if h.confidence < min_confidence or h.failure_type not in best:
+            continue
+        f = f"failure:{h.failure_type}"
+        top = best[h.failure_type]
+        if f not in g:
+            g.add_node(f, kind="failure", label=(
+                f"{h.failure_type} in {top.origin_layer or '(model)'} at step "
+                f"{top.origin_step} (confidence {top.confidence:.2f})"),
+                confidence=top.confidence, origin_layer=top.origin_layer,
+                origin_step=top.origin_step)
+        if h.root_cause != "unknown" or h is top:
+            c = f"cause:{h.root_cause}"
+            g.add_node(c, kind="cause", label=h.root_cause)
+            _add_edge(g, c, f, "causes", None)
+    for ftype, h in best.items():
+        f = f"failure:{ftype}"
+        origin = f"layer:{h.origin_layer}"
+        g.add_node(origin, kind="layer", label=h.origin_layer or "(model)")
+        _add_edge(g, f, origin, "originates_in", 0)
+        prop = h.metadata.get("propagation") or {}
+        prev, prev_step = origin, h.origin_step
+        path = list(zip(prop.get("path", []), prop.get("path_steps", []), strict=False))
+        for name, step in path[:_MAX_PATH_NODES]:
+            node = f"layer:{name}"
+            g.add_node(node, kind="layer", label=name)
+            _add_edge(g, prev, node, "propagates", int(step) - int(prev_step))
+            prev, prev_step = node, step
+        for other, _p in (h.metadata.get("explained_by") or {}).items():
+            if other in best:
+                _add_edge(g, f"failure:{other}", f, "explains",
+                          int(h.origin_step) - int(best[other].origin_step))
+    for c in coupled:
+        u, v = f"layer:{c.cause.module_name}", f"layer:{c.effect.module_name}"
+        if u in g and v in g and c.relation != "propagates":
+            _add_edge(g, u, v, c.relation, c.step_gap)
+    return g
+
+
+def to_mermaid(graph: nx.DiGraph, direction: str = "TD") -> str:
+    """Mermaid flowchart text of a causal graph.
+
+    Parameters
+    ----------
+    graph : networkx.DiGraph
+        Output of :func:`build_causal_graph`.
+    direction : {"TD", "LR", "BT", "RL"}, default="TD"
+
+    Returns
+    -------
+    str
+        ``flowchart TD`` followed by one line per node and one per edge; edges are labelled
+        ``relation`` or ``relation, +N steps``.
+
+    Raises
+    ------
+    ValueError
+        If ``direction`` is not one of the allowed values.
+    """
+    if direction not in ("TD", "LR", "BT", "RL"):
+        raise ValueError(f"direction must be one of 'TD', 'LR', 'BT', 'RL', got {direction!r}.")
+    ids = {node: f"n{i}" for i, node in enumerate(graph.nodes)}
+    shapes = {"cause": ('(["', '"])'), "failure": ('{{"', '"}}'), "layer": ('["', '"]')}
+    lines = [f"flowchart {direction}"]
+    for node, data in graph.nodes(data=True):
+        left, right = shapes.get(data.get("kind", "layer"), shapes["layer"])
+        lines.append(f"    {ids[node]}{left}{escape_label(str(data.get('label', node)))}{right}")
+    for u, v, data in graph.edges(data=True):
+        gap = data.get("step_gap")
+        text = data.get("relation", "")
+        if gap is not None:
+            text += f", +{gap} steps" if gap >= 0 else f", {gap} steps"
+        lines.append(f'    {ids[u]} -->|"{escape_label(text)}"| {ids[v]}')
+    for kind, style in (("cause", "fill:#fde2e2,stroke:#c0392b"),
+                        ("failure", "fill:#fff3cd,stroke:#b8860b")):
+        members = [ids[n] for n, d in graph.nodes(data=True) if d.get("kind") == kind]
+        if members:
+            lines.append(f"    classDef {kind} {style}")
+            lines.append(f"    class {','.join(members)} {kind}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,436 @@
+"""Hypothesis Generator: abductive rules from compressed events to ranked explanations.
+
+Last stage of the heuristic Post-Mortem Reasoner (compression -> **hypotheses**). For each
+symptom present in the run (a failure type of the contract's vocabulary) it names the origin
+(layer and step, from the compressor's propagation), the candidate root causes with their
+support (:mod:`neuraldbg.causes`), and a confidence.
+
+Confidence
+----------
+A symptom's probability is a product of three documented terms, each in [0, 1]::
+
+    P(symptom) = strength x consistency x impact
+
+- ``strength``: how far the evidence lies beyond its threshold. For ratios (gradient decay
+  or growth, loss blow-up) ``1 - 0.5 * 2 ** (-d)`` with ``d`` the decades past the threshold
+  (0.5 at the threshold, 0.75 one decade beyond); for shares (dead or saturated units)
+  ``0.5 + 0.5 * (share - threshold) / (1 - threshold)``; 1 for a non-finite value.
+- ``consistency``: ``0.5 + 0.5 * persistence``, persistence being the share of the origin
+  layer's recorded steps from the onset on that stay in the failure state (a one-step blip
+  counts half).
+- ``impact``: whether training is harmed. Vanishing gradients and dead units only matter
+  when they stall the loss (``0.4 + 0.6 * stall``; a layer more than 90% dead counts as a
+  stall); saturation ``0.6 + 0.4 * max(stall, present from the first step)``; a gradient
+  explosion 1 when the loss blew up or turned non-finite, else 0.5.
+
+Overlapping symptoms are resolved as the contract's vocabulary says ("a hypothesis names
+the mechanism nearest the cause"): exploding gradients when the gradient norm crossed 100x
+its baseline before the loss turned non-finite (or blew up, if it never did) and no
+learning-rate jump preceded the blow-up; loss divergence otherwise. The chosen one keeps
+its probability and the other is halved; a symptom that a prior one
+explains (dead or saturated units blocking the gradient upstream, an instability killing
+units, any failure stalling the loss) is discounted by ``(1 - 0.8 x P(explaining symptom))``
+(at most 80% explained away, so a strong symptom with a weak explanation keeps weight).
+
+Each hypothesis pairs a symptom with one cause::
+
+    confidence = P(symptom) x (0.6 + 0.4 x share(cause))
+
+where ``share`` is the cause's support over the support of all candidates plus "unknown"
+(whose support is the chance that no candidate holds, ``prod(1 - support)``). The symptom
+decides most of the confidence and the cause orders the hypotheses of one symptom; no
+constant lets a cause outrank a symptom with stronger evidence.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from neuraldbg.causes import RunFacts, score_causes
+from neuraldbg.compressor import NONFINITE, Compression, Propagation
+from neuraldbg.events import LossDynamics
+from neuraldbg.records import Hypothesis
+from neuraldbg.states import ACTIVATION_STATES, GRADIENT_STATES, GradientHealth, StateTable
+from neuraldbg.trace import Trace
+
+__all__ = ["Symptom", "RootCause", "find_symptoms", "resolve_overlaps", "generate_hypotheses",
+           "rank_root_causes", "ratio_strength", "share_strength"]
+
+_SATURATING = ("sigmoid", "tanh", "softmax", "smooth")
+_ACTIVATIONS = _SATURATING + ("relu",)
+_MAX_PATH = 50
+_MAX_COUPLED = 10
+
+# Which symptom explains which (the explained one is discounted when it starts no earlier).
+_EXPLAINS: dict[str, tuple[str, ...]] = {
+    "exploding_gradients": ("dead_neurons", "saturated_activations", "vanishing_gradients",
+                            "training_plateau"),
+    "loss_divergence": ("dead_neurons", "saturated_activations", "vanishing_gradients",
+                        "training_plateau"),
+    "dead_neurons": ("vanishing_gradients", "training_plateau"),
+    "saturated_activations": ("vanishing_gradients", "training_plateau"),
+    "vanishing_gradients": ("training_plateau",),
+}
+#: Largest share of a symptom's probability another symptom can explain away, so that a
+#: strongly measured symptom keeps weight when its explanation is itself weak.
+_EXPLAIN_SHARE = 0.8
+_CAUSAL_ORDER = ("exploding_gradients", "loss_divergence", "dead_neurons",
+                 "saturated_activations", "vanishing_gradients", "training_plateau")
+
+
+def ratio_strength(ratio: float, threshold: float) -> float:
+    """``1 - 0.5 * 2 ** (-decades past threshold)``; 0 before it, 1 for +inf."""
+    if not ratio >= threshold:
+        return 0.0
+    if math.isinf(ratio):
+        return 1.0
+    return float(1.0 - 0.5 * 2.0 ** (-math.log10(ratio / threshold)))
+
+
+def share_strength(share: float, threshold: float) -> float:
+    """``0.5 + 0.5 * (share - threshold) / (1 - threshold)``; 0 before the threshold."""
+    if not share >= threshold:
+        return 0.0
+    return float(min(1.0, 0.5 + 0.5 * (share - threshold) / max(1.0 - threshold, 1e-9)))
+
+
+def _clean(value: Any) -> Any:
+    """JSON-friendly copy: numpy scalars to Python, non-finite floats to strings."""
+    if isinstance(value, dict):
+        return {str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    if isinstance(value, (np.integer, np.bool_)):
+        return value.item()
+    if isinstance(value, (float, np.floating)):
+        v = float(value)
+        return round(v, 6) if math.isfinite(v) and abs(v) >= 1e-3 else (
+            v if math.isfinite(v) else str(v))
+    return value
+
+
+@dataclass
+class Symptom:
+    """A failure type found in the run, before causes are attached.
+
+    Attributes
+    ----------
+    failure_type : str
+    origin_layer : str
+    origin_step : int
+    strength, consistency, impact : float
+        The three terms of the symptom's probability (module docstring).
+    evidence : dict
+    propagation : Propagation or None
+    extra : dict
+        Symptom-specific numbers passed to the cause scorer.
+    explained_by : dict
+        Symptom -> probability that discounted this one.
+    discount : float
+        Product of the discounts applied.
+    """
+
+    failure_type: str
+    origin_layer: str
+    origin_step: int
+    strength: float
+    consistency: float
+    impact: float
+    evidence: dict[str, Any] = field(default_factory=dict)
+    propagation: Propagation | None = None
+    extra: dict[str, float] = field(default_factory=dict)
+    explained_by: dict[str, float] = field(default_factory=dict)
+    discount: float = 1.0
+
+    @property
+    def probability(self) -> float:
+        """strength x consistency x impact x discount."""
+        return float(self.strength * self.consistency * self.impact * self.discount)
+
+
+@dataclass(frozen=True, slots=True)
+class RootCause:
+    """A root cause ranked over all hypotheses of a run.
+
+    Attributes
+    ----------
+    root_cause : str
+    confidence : float
+        Highest confidence of a hypothesis naming it.
+    failure_types : tuple of str
+        Symptoms it explains, most confident first.
+    evidence : dict
+        The evidence of its most confident hypothesis.
+    """
+
+    root_cause: str
+    confidence: float
+    failure_types: tuple[str, ...]
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-dict form."""
+        return {"root_cause": self.root_cause, "confidence": self.confidence,
+                "failure_types": list(self.failure_types), "evidence": dict(self.evidence)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RootCause:
+        """Inverse of :meth:`to_dict`."""
+        return cls(data["root_cause"], float(data["confidence"]),
+                   tuple(data.get("failure_types", ())), dict(data.get("evidence", {})))
+
+
+def _row(states: StateTable, step: int) -> int:
+    return int(min(np.searchsorted(states.steps, step), max(len(states.steps) - 1, 0)))
+
+
+def _col(states: StateTable, layer: str) -> int:
+    return states.module_names.index(layer)
+
+
+def _persistence(codes: np.ndarray, row: int, col: int, bad: tuple[int, ...]) -> float:
+    tail = codes[row:, col]
+    tail = tail[tail >= 0]
+    return float(np.isin(tail, bad).mean()) if len(tail) else 0.0
+
+
+def _tail_median(values: np.ndarray, row: int, col: int) -> float:
+    tail = values[row:, col]
+    tail = tail[np.isfinite(tail)]
+    return float(np.median(tail)) if len(tail) else float("nan")
+
+
+def _activation_symptom(kind: str, failure: str, share_col: str, thr: float, prop: Propagation,
+                        states: StateTable, dyn: LossDynamics) -> Symptom:
+    row, col = _row(states, prop.origin_step), _col(states, prop.origin_layer)
+    code = ACTIVATION_STATES.index(next(s for s in ACTIVATION_STATES if s.value == kind))
+    share = _tail_median(states.measures[share_col], row, col)
+    pers = _persistence(states.act_state, row, col, (code,))
+    return Symptom(failure, prop.origin_layer, prop.origin_step, share_strength(share, thr),
+                   0.5 + 0.5 * pers, 1.0, {share_col: share, "persistence": pers,
+                                           "threshold": thr}, prop)
+
+
+def find_symptoms(trace: Trace, states: StateTable, dyn: LossDynamics, comp: Compression,
+                  facts: RunFacts) -> list[Symptom]:
+    """Every failure type the compressed events support, with its probability terms."""
+    cfg = states.config
+    prop = comp.propagation
+    first_step = int(states.steps[0]) if len(states.steps) else 0
+    out: list[Symptom] = []
+    stall = dyn.stall
+    m = states.measures
+
+    if "gradient_vanishing" in prop:
+        p = prop["gradient_vanishing"]
+        row = _row(states, p.origin_step)
+        vanished = [e for e in comp.onsets if e.kind == "gradient_vanishing"
+                    and e.step == p.origin_step]
+        deepest = min(e.evidence["forward_index"] for e in vanished)
+        min_ratio = float(np.nanmin(m["grad_ratio"][row, [e.evidence["forward_index"]
+                                                          for e in vanished]]))
+        code = GRADIENT_STATES.index(GradientHealth.VANISHING)
+        pers = _persistence(states.grad_state, row, deepest, (code,))
+        fams = states.families[deepest:]
+        acts = [f for f in fams if f in _ACTIVATIONS]
+        sat_share = sum(f in ("sigmoid", "tanh") for f in acts) / len(acts) if acts else 0.0
+        strength = 1.0 if min_ratio <= 0 else ratio_strength(cfg.rel_vanish / min_ratio, 1.0)
+        out.append(Symptom("vanishing_gradients", p.origin_layer, p.origin_step, strength,
+                           0.5 + 0.5 * pers, 0.4 + 0.6 * stall,
+                           {"min_grad_ratio": min_ratio, "threshold": cfg.rel_vanish,
+                            "n_vanished_layers": len(vanished), "persistence": pers,
+                            "loss_stall": stall}, p, {"saturating_share": sat_share}))
+
+    loss_bad = [s for s in (dyn.nonfinite_step, dyn.blowup_step) if s is not None]
+    nf = prop.get(NONFINITE)
+    if "gradient_exploding" in prop or dyn.grad_explode_step is not None:
+        p = prop.get("gradient_exploding")
+        onsets = [s for s in ((p.origin_step if p else None), dyn.grad_explode_step)
+                  if s is not None]
+        layer = p.origin_layer if p else facts.first_layer
+        growth = dyn.grad_growth_max
+        mod_growth = m["grad_growth"]
+        if np.isfinite(mod_growth).any():
+            growth = float(np.nanmax([growth if not math.isnan(growth) else 0.0,
+                                      np.nanmax(mod_growth)]))
+        if math.isnan(growth) and nf is not None:
+            growth = math.inf
+        pers = 1.0
+        if p is not None:
+            code = GRADIENT_STATES.index(GradientHealth.EXPLODING)
+            pers = _persistence(states.grad_state, _row(states, p.origin_step),
+                                _col(states, layer), (code,))
+        out.append(Symptom("exploding_gradients", layer, min(onsets),
+                           ratio_strength(growth, cfg.explode_growth), 0.5 + 0.5 * pers,
+                           1.0 if loss_bad else 0.5,
+                           {"grad_growth_max": growth, "threshold": cfg.explode_growth,
+                            "global_onset": dyn.grad_explode_step, "persistence": pers}, p))
+
+    if loss_bad or nf is not None:
+        onset = min(loss_bad + ([nf.origin_step] if nf is not None else []))
+        anom = prop.get("activation_anomalous")
+        origin = nf or anom
+        layer = origin.origin_layer if origin else facts.first_layer
+        loss = trace.steps["loss"].to_numpy(dtype=float, na_value=np.nan)
+        steps = trace.steps["step"].to_numpy()
+        tail = loss[steps >= onset]
+        with np.errstate(invalid="ignore"):
+            diverged = ~np.isfinite(tail) | (tail > cfg.loss_blowup * abs(dyn.baseline))
+        bad_share = float(np.mean(diverged)) if len(tail) else 1.0
+        finite_loss = loss[np.isfinite(loss)]
+        peak = float(finite_loss.max()) if len(finite_loss) else math.nan
+        nonfinite = dyn.nonfinite_step is not None or nf is not None
+        strength = 1.0 if nonfinite else ratio_strength(peak / max(abs(dyn.baseline), 1e-12),
+                                                        cfg.loss_blowup)
+        out.append(Symptom("loss_divergence", layer, onset, strength, 0.5 + 0.5 * bad_share, 1.0,
+                           {"nonfinite_step": dyn.nonfinite_step, "blowup_step": dyn.blowup_step,
+                            "first_nonfinite_module": nf.origin_layer if nf else None,
+                            "loss_peak": peak, "loss_baseline": dyn.baseline,
+                            "share_of_steps_diverged": bad_share}, origin))
+
+    if "activation_dead" in prop:
+        p = prop["activation_dead"]
+        sym = _activation_symptom("dead", "dead_neurons", "act_frac_dead", cfg.dead_frac, p,
+                                  states, dyn)
+        share = sym.evidence["act_frac_dead"]
+        full = float(np.clip((share - 0.9) / 0.1, 0.0, 1.0)) if math.isfinite(share) else 0.0
+        sym.impact = 0.4 + 0.6 * max(stall, full)
+        row, col = _row(states, p.origin_step), _col(states, p.origin_layer)
+        if col > 0:
+            mean, std = m["act_mean"][row, col - 1], m["act_std"][row, col - 1]
+            z = mean / std if std > 0 else (-10.0 if mean < 0 else 0.0)
+            sym.extra["preact_z"] = float(np.clip(z, -10.0, 10.0)) if np.isfinite(z) else math.nan
+        sym.evidence["loss_stall"] = stall
+        out.append(sym)
+
+    sat = prop.get("activation_saturated")
+    if sat is not None:
+        sym = _activation_symptom("saturated", "saturated_activations", "act_frac_saturated",
+                                  cfg.sat_frac, sat, states, dyn)
+        sym.impact = 0.6 + 0.4 * max(stall, 1.0 if sat.origin_step <= first_step else 0.0)
+        col = _col(states, sat.origin_layer)
+        first_sat = next((i for i, f in enumerate(states.families) if f in _SATURATING), -1)
+        sym.extra["origin_is_first_activation"] = 1.0 if col == first_sat else 0.0
+        sym.evidence["loss_stall"] = stall
+        out.append(sym)
+
+    if dyn.plateau_step is not None:
+        imp = dyn.improvement
+        strength = 0.5 + 0.5 * float(np.clip((cfg.plateau_improvement - imp)
+                                             / cfg.plateau_improvement, 0.0, 1.0))
+        out.append(Symptom("training_plateau", facts.first_layer, dyn.plateau_step, strength,
+                           1.0, 1.0, {"improvement": imp, "threshold": cfg.plateau_improvement}))
+    return out
+
+
+def resolve_overlaps(symptoms: list[Symptom], dyn: LossDynamics, facts: RunFacts,
+                     states: StateTable) -> None:
+    """Apply the contract's vocabulary rules in place (see the module docstring)."""
+    cfg = states.config
+    by = {s.failure_type: s for s in symptoms}
+    exp, div = by.get("exploding_gradients"), by.get("loss_divergence")
+    if exp is not None and div is not None:
+        # The lead is measured against the loss turning non-finite (the contract's words),
+        # or against its blow-up when it never does.
+        t_loss = next((s for s in (dyn.nonfinite_step, dyn.blowup_step) if s is not None),
+                      div.origin_step)
+        t_grad = exp.origin_step
+        jump = any(t_loss - cfg.lr_jump_window <= s <= t_loss for s in facts.lr_jump_steps)
+        lead = t_grad < t_loss and not jump
+        winner, loser = (exp, div) if lead else (div, exp)
+        loser.discount *= 0.5
+        loser.explained_by[winner.failure_type] = winner.probability
+        for s in (exp, div):
+            s.evidence["gradient_lead_steps"] = t_loss - t_grad
+            s.evidence["lr_jump_before_blowup"] = jump
+    names = states.module_names
+    for cause in _CAUSAL_ORDER:
+        a = by.get(cause)
+        if a is None:
+            continue
+        for effect in _EXPLAINS.get(cause, ()):
+            b = by.get(effect)
+            if b is None or b.origin_step < a.origin_step or b is a:
+                continue
+            blocks = cause in ("dead_neurons", "saturated_activations")
+            if blocks and effect == "vanishing_gradients":
+                # Only a block downstream of (or at) the vanished layers explains them.
+                if b.origin_layer in names and a.origin_layer in names and (
+                        names.index(b.origin_layer) > names.index(a.origin_layer)):
+                    continue
+            pa = a.probability
+            b.discount *= 1.0 - _EXPLAIN_SHARE * pa
+            b.explained_by[cause] = pa
+    # Dead units after an instability: the instability's cause is a candidate cause.
+    dead = by.get("dead_neurons")
+    unstable = [by[k].probability for k in ("exploding_gradients", "loss_divergence")
+                if k in by and by[k].origin_step <= (dead.origin_step if dead else -1)]
+    if dead is not None and unstable:
+        dead.extra["upstream_instability"] = max(unstable)
+
+
+def _coupled_for(layer: str, comp: Compression) -> list[dict[str, Any]]:
+    rel = [c for c in comp.coupled if layer in (c.cause.module_name, c.effect.module_name)]
+    return [{"cause": c.cause.module_name, "cause_kind": c.cause.kind, "effect":
+             c.effect.module_name, "effect_kind": c.effect.kind, "step_gap": c.step_gap,
+             "relation": c.relation, "step": c.cause.step} for c in rel[:_MAX_COUPLED]]
+
+
+def generate_hypotheses(symptoms: list[Symptom], comp: Compression, facts: RunFacts,
+                        states: StateTable, *, min_confidence: float = 0.05,
+                        max_causes: int = 3) -> list[Hypothesis]:
+    """Pair each symptom with its candidate causes; highest confidence first."""
+    cfg = states.config
+    first_step = int(states.steps[0]) if len(states.steps) else 0
+    out: list[Hypothesis] = []
+    for sym in symptoms:
+        p_sym = sym.probability
+        if p_sym < min_confidence:
+            continue
+        causes = score_causes(sym.failure_type, onset=sym.origin_step, first_step=first_step,
+                              facts=facts, cfg=cfg, extra=sym.extra)
+        unknown = float(np.prod([1.0 - s for s, _ in causes.values()])) if causes else 1.0
+        total = sum(s for s, _ in causes.values()) + unknown
+        ranked = sorted(((c, s / total, ev) for c, (s, ev) in causes.items()),
+                        key=lambda t: -t[1])
+        ranked.append(("unknown", unknown / total, {}))
+        ranked.sort(key=lambda t: -t[1])
+        kept = [r for r in ranked if r[1] >= 0.1][:max_causes] or ranked[:1]
+        prop = sym.propagation
+        base_meta = {
+            "propagation": (None if prop is None else
+                            {**prop.to_dict(), "path": list(prop.path[:_MAX_PATH]),
+                             "path_steps": list(prop.path_steps[:_MAX_PATH])}),
+            "coupled": _coupled_for(sym.origin_layer, comp),
+            "evidence": sym.evidence,
+            "cause_support": {c: s for c, (s, _) in causes.items()},
+            "explained_by": sym.explained_by,
+        }
+        for cause, share, cause_ev in kept:
+            conf = p_sym * (0.6 + 0.4 * share)
+            meta = {**base_meta, "cause_evidence": cause_ev, "confidence_terms": {
+                "strength": sym.strength, "consistency": sym.consistency,
+                "impact": sym.impact, "discount": sym.discount, "cause_share": share}}
+            out.append(Hypothesis(sym.failure_type, cause, sym.origin_layer, int(sym.origin_step),
+                                  float(round(conf, 6)), _clean(meta)))
+    out.sort(key=lambda h: (-h.confidence, h.origin_step))
+    return out
+
+
+def rank_root_causes(hypotheses: list[Hypothesis]) -> list[RootCause]:
+    """Root causes over all hypotheses, each at its best confidence, highest first."""
+    best: dict[str, list[Hypothesis]] = {}
+    for h in hypotheses:
+        best.setdefault(h.root_cause, []).append(h)
+    out = []
+    for cause, hs in best.items():
+        hs.sort(key=lambda h: -h.confidence)
+        types = tuple(dict.fromkeys(h.failure_type for h in hs))
+        out.append(RootCause(cause, hs[0].confidence, types,
+                             dict(hs[0].metadata.get("cause_evidence", {}))))
+    out.sort(key=lambda r: -r.confidence)
+    return out
