@@ -14,6 +14,15 @@ from neuraldbg.errors import (
     SchemaVersionError,
     TraceFormatError,
 )
+from neuraldbg.methods import (
+    HeuristicReasoner,
+    detect_coupled_failures,
+    explain,
+    export_mermaid_causal_graph,
+    get_method,
+    get_root_causes,
+    register_method,
+)
 from neuraldbg.records import FAILURE_TYPES, HEALTHY, ROOT_CAUSES, Event, Hypothesis
 from neuraldbg.trace import SCHEMA_VERSION, Trace, load_trace
 
@@ -22,6 +31,13 @@ __version__ = "0.1.0"
 __all__ = [
     "NeuralDbg",
     "what_if",
+    "explain",
+    "get_root_causes",
+    "detect_coupled_failures",
+    "export_mermaid_causal_graph",
+    "HeuristicReasoner",
+    "register_method",
+    "get_method",
     "CaptureConfig",
     "Trace",
     "load_trace",

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from neuraldbg.capture import Recorder
+from neuraldbg.records import Hypothesis
 from neuraldbg.trace import Trace
 
 __all__ = ["NeuralDbg", "what_if"]
@@ -60,6 +61,48 @@ class NeuralDbg(Recorder):
     >>> len(dbg.trace.steps)
     3
     """
+
+    def explain_failure(self, method: str | Any = "heuristic") -> list[Hypothesis]:
+        """Explain the recorded run: hypotheses, highest confidence first.
+
+        Works during and after the ``with`` block. An empty list, or no hypothesis with
+        ``confidence >= 0.5``, means the run is judged healthy.
+
+        Parameters
+        ----------
+        method : str or object, default="heuristic"
+            A registered method name (``"heuristic"``, ``"probabilistic"``) or an object with
+            ``explain(trace)``; see :func:`neuraldbg.methods.explain`.
+        """
+        from neuraldbg.methods import explain
+
+        return explain(self.trace, method)
+
+    def get_root_causes(self, method: str | Any = "heuristic") -> list[Any]:
+        """Root causes of the recorded run, highest confidence first
+        (:func:`neuraldbg.methods.get_root_causes`)."""
+        from neuraldbg.methods import get_root_causes
+
+        return get_root_causes(self.trace, method)
+
+    def detect_coupled_failures(self, window: int = 5) -> list[Any]:
+        """Failure onsets in different layers within ``window`` steps, cause before effect
+        (:func:`neuraldbg.methods.detect_coupled_failures`)."""
+        from neuraldbg.methods import detect_coupled_failures
+
+        return detect_coupled_failures(self.trace, window)
+
+    def causal_graph(self) -> Any:
+        """The heuristic diagnosis as a ``networkx.DiGraph``."""
+        from neuraldbg.methods import causal_graph
+
+        return causal_graph(self.trace)
+
+    def export_mermaid_causal_graph(self) -> str:
+        """The causal graph of the heuristic diagnosis as Mermaid flowchart text."""
+        from neuraldbg.methods import export_mermaid_causal_graph
+
+        return export_mermaid_causal_graph(self.trace)
 
     def what_if(self, **knobs: Any) -> Any:
         """Counterfactual for the recorded run, e.g. ``dbg.what_if(lr_scale=0.1)``.
