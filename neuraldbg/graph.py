@@ -2,10 +2,11 @@
 
 Nodes are root causes, failures (one per failure type, at its origin layer and step) and
 layers (origins and the layers a failure passed through). Edges carry a ``relation``
-(``causes``, ``originates_in``, ``propagates``, ``explains``, or a coupling mechanism such
-as ``blocks_gradient``) and a ``step_gap``. A ``DiGraph`` holds one edge per ordered pair,
-so the graph and its Mermaid text are deduplicated by construction: a second relation
-between the same two nodes is merged into the first edge's label.
+(``causes``, ``originates_in``, ``propagates``, ``explains``, or the mechanism of a coupled
+failure leaving an origin layer, such as ``blocks_gradient``) and a ``step_gap``. A
+``DiGraph`` holds one edge per ordered pair, so the graph and its Mermaid text are
+deduplicated by construction: a second relation between the same two nodes is merged into
+the first edge's label, and an edge opposite to an existing one is dropped (no 2-cycles).
 
 Mermaid node ids are generated (``n0``, ``n1``, ...), never derived from module names, so any
 name is safe; labels are quoted with Mermaid's entity codes for ``"``, ``#``, ``<``, ``>``,
@@ -37,7 +38,7 @@ def escape_label(text: str) -> str:
 
 
 def _add_edge(g: nx.DiGraph, u: str, v: str, relation: str, gap: int | None) -> None:
-    if u == v:
+    if u == v or g.has_edge(v, u):  # no self-loops, no 2-cycles: the first direction wins
         return
     if g.has_edge(u, v):
         data = g.edges[u, v]
@@ -95,23 +96,26 @@ def build_causal_graph(hypotheses: Sequence[Hypothesis],
     for ftype, h in best.items():
         f = f"failure:{ftype}"
         origin = f"layer:{h.origin_layer}"
-        g.add_node(origin, kind="layer", label=h.origin_layer or "(model)")
+        g.add_node(origin, kind="layer", label=f"layer {h.origin_layer or '(model)'}")
         _add_edge(g, f, origin, "originates_in", 0)
         prop = h.metadata.get("propagation") or {}
         prev, prev_step = origin, h.origin_step
         path = list(zip(prop.get("path", []), prop.get("path_steps", []), strict=False))
         for name, step in path[:_MAX_PATH_NODES]:
             node = f"layer:{name}"
-            g.add_node(node, kind="layer", label=name)
+            g.add_node(node, kind="layer", label=f"layer {name}")
             _add_edge(g, prev, node, "propagates", int(step) - int(prev_step))
             prev, prev_step = node, step
         for other, _p in (h.metadata.get("explained_by") or {}).items():
             if other in best:
                 _add_edge(g, f"failure:{other}", f, "explains",
                           int(h.origin_step) - int(best[other].origin_step))
+    # Coupled failures with a named mechanism, from an origin layer to a layer in the graph
+    # (same-kind spread is already drawn as the propagation path; no 2-cycles).
+    origins = {f"layer:{h.origin_layer}" for h in best.values()}
     for c in coupled:
         u, v = f"layer:{c.cause.module_name}", f"layer:{c.effect.module_name}"
-        if u in g and v in g and c.relation != "propagates":
+        if u in origins and v in g and c.relation not in ("propagates", "co_occurs"):
             _add_edge(g, u, v, c.relation, c.step_gap)
     return g
 
