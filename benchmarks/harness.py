@@ -1,0 +1,540 @@
+"""The benchmark harness: zoo runs -> every method's diagnosis -> per-run records -> metrics.
+
+Stages (each a batch of executor tasks, so they run in parallel locally or on Ray):
+
+1. zoo runs: every family of the suite at its severities, for the score seeds and the fit
+   seeds; finished traces are reused (:mod:`benchmarks.runs`);
+2. diagnosis: every unfitted method (heuristic, baselines) on every scored run; the
+   probabilistic model fitted once per held-out fold (leave-one-family-out and
+   leave-one-architecture-out, on the fit seeds of the other folds) and scored on the fold's
+   score-seed runs, including its ``what_if`` answers; in the same batch, the real re-runs of
+   each scored run under the knob changes its family declares (counterfactual validity);
+3. repair: each failing scored run re-run with each method's top suggested fix.
+
+Every method goes through ``explain(trace) -> list[Hypothesis]``; per-run records are
+collected into pandas DataFrames, written as Parquet next to ``metrics.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+import traceback
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from benchmarks import metrics as M
+from benchmarks.executor import Executor, LocalExecutor
+from benchmarks.runs import (
+    RunSpec,
+    execute_run,
+    is_finished,
+    load,
+    run_outcome,
+    run_path,
+    truncate_trace,
+    zoo_fingerprint,
+)
+from benchmarks.suites import Suite
+from neuraldbg.records import HEALTHY, Hypothesis
+
+__all__ = ["FIX_BY_CAUSE", "FIX_BY_FAILURE", "FITTED_METHODS", "suggest_fix", "available_methods",
+           "diagnose", "BenchmarkResult", "run_benchmark", "load_result", "compute_metrics",
+           "method_label"]
+
+#: Methods fitted per held-out fold (never scored on what they were fitted on).
+FITTED_METHODS: tuple[str, ...] = ("probabilistic",)
+
+#: The fix a method's top root cause implies when its hypothesis suggests none itself.
+FIX_BY_CAUSE: dict[str, dict[str, Any]] = {
+    "learning_rate_too_high": {"lr_scale": 0.1},
+    "learning_rate_too_low": {"lr_scale": 10.0},
+    "init_scale_too_large": {"init_scale": 0.1},
+    "init_scale_too_small": {"init_scale": 10.0},
+    "saturating_activation": {"activation": "relu"},
+    "negative_bias_init": {"activation": "leaky_relu"},
+    "unnormalized_inputs": {"input_scale": 0.1},
+    "missing_normalization": {"normalization": "batch"},
+    "missing_gradient_clipping": {"grad_clip": 1.0},
+}
+#: Fallback by failure type, for a cause of ``"unknown"``.
+FIX_BY_FAILURE: dict[str, dict[str, Any]] = {
+    "exploding_gradients": {"grad_clip": 1.0},
+    "loss_divergence": {"lr_scale": 0.1},
+    "vanishing_gradients": {"activation": "relu"},
+    "dead_neurons": {"activation": "leaky_relu"},
+    "saturated_activations": {"activation": "relu"},
+    "training_plateau": {"lr_scale": 10.0},
+}
+_KNOBS = ("lr_scale", "init_scale", "input_scale", "grad_clip", "activation", "normalization")
+_META_FIX_KEYS = ("suggested_fix", "fix", "intervention", "interventions", "suggested_interventions")
+
+
+def method_label(method: str, split: str) -> str:
+    """Display name: ``probabilistic[family]`` for a fitted method, else the method name."""
+    return method if split == "none" else f"{method}[{split}]"
+
+
+def _as_knobs(value: Any) -> dict[str, Any] | None:
+    if isinstance(value, list) and value:
+        value = value[0]
+    if isinstance(value, dict) and "knobs" in value and isinstance(value["knobs"], dict):
+        value = value["knobs"]
+    if isinstance(value, dict) and value and set(value) <= set(_KNOBS):
+        return dict(value)
+    return None
+
+
+def suggest_fix(hyps: list[Hypothesis]) -> dict[str, Any] | None:
+    """The intervention a method's answer suggests: its own when its top hypothesis carries
+    one in ``metadata`` (``suggested_fix``, ``fix``, ``intervention(s)``), else the table fix
+    of its root cause (:data:`FIX_BY_CAUSE`) or failure type (:data:`FIX_BY_FAILURE`).
+    None when the method judged the run healthy."""
+    label, _ = M.predicted_label(hyps)
+    if label == HEALTHY:
+        return None
+    top = max(hyps, key=lambda h: h.confidence)
+    for key in _META_FIX_KEYS:
+        fix = _as_knobs(top.metadata.get(key)) if isinstance(top.metadata, dict) else None
+        if fix:
+            return fix
+    return dict(FIX_BY_CAUSE.get(top.root_cause) or FIX_BY_FAILURE.get(top.failure_type) or {}) \
+        or None
+
+
+def _json(obj: Any) -> str:
+    def default(v: Any) -> Any:
+        if hasattr(v, "item"):
+            return v.item()
+        if hasattr(v, "to_dict"):
+            return v.to_dict()
+        if isinstance(v, (set, tuple)):
+            return list(v)
+        return str(v)
+
+    return json.dumps(obj, default=default, sort_keys=True)
+
+
+def _method(name: str) -> Any:
+    import benchmarks.baselines  # noqa: F401  (registers the baselines)
+    from benchmarks.baselines import get_method
+
+    return get_method(name)
+
+
+def available_methods(requested: list[str] | None = None) -> tuple[list[str], dict[str, str]]:
+    """Methods that can run here (unfitted and fitted) and why the others cannot."""
+    import benchmarks.baselines as B
+
+    names = requested or ["heuristic", "probabilistic", *B.BASELINES]
+    ok, missing = [], {}
+    for name in names:
+        try:
+            if name in FITTED_METHODS:
+                from causal_models import ProbabilisticReasoner  # noqa: F401
+            else:
+                _method(name)
+            ok.append(name)
+        except Exception as exc:  # a method still being built elsewhere: report, go on
+            missing[name] = f"{type(exc).__name__}: {exc}"
+    return ok, missing
+
+
+def _latency(model: Any, trace: Any, truth: dict[str, Any]) -> float:
+    """Steps from the onset until the method, fed the run so far, names the true failure."""
+    onset = truth.get("onset_step")
+    if onset is None or truth.get("failure_type", HEALTHY) == HEALTHY or trace.steps.empty:
+        return math.nan
+    last = int(trace.steps["step"].max())
+    d, offsets = 1, [0]
+    while onset + d < last:
+        offsets.append(d)
+        d *= 2
+    offsets.append(max(0, last - onset))
+    for off in offsets:
+        hyps = model.explain(truncate_trace(trace, int(onset) + off))
+        label, _ = M.predicted_label(hyps)
+        if label == truth["failure_type"]:
+            return float(off)
+    return math.nan
+
+
+def diagnose(model: Any, trace: Any, truth: dict[str, Any], *, latency: bool) -> dict[str, Any]:
+    """One method's answer on one run, scored: the fields of :func:`metrics.score_run` plus
+    ``latency``, ``explain_s``, ``suggested_fix`` (JSON) and ``hypotheses`` (JSON)."""
+    t0 = time.perf_counter()
+    hyps = list(model.explain(trace))
+    dt = time.perf_counter() - t0
+    rec = M.score_run(hyps, truth)
+    rec["explain_s"] = dt
+    rec["latency"] = _latency(model, trace, truth) if latency else math.nan
+    fix = suggest_fix(hyps)
+    rec["suggested_fix"] = _json(fix) if fix else ""
+    rec["hypotheses"] = _json([h.to_dict() for h in hyps[:10]])
+    return rec
+
+
+def _truth_fields(path: str, truth: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "run": path, "family": truth.get("family"), "architecture": truth.get("architecture"),
+        "kind": truth.get("kind"), "severity": truth.get("severity"), "seed": truth.get("seed"),
+        "true_failure": truth.get("failure_type", HEALTHY),
+        "true_cause": truth.get("root_cause", "none"),
+        "origin_layers": _json(list(truth.get("origin_layers") or [])),
+        "onset_step": truth.get("onset_step"), "onset_tolerance": truth.get("onset_tolerance"),
+    }
+
+
+# ---------------------------------------------------------------------------- tasks
+def task_diagnose(path: str, methods: list[str], latency: bool) -> list[dict[str, Any]]:
+    """Every unfitted method on one scored run (an executor task)."""
+    trace = load(path)
+    truth = trace.ground_truth or {}
+    rows = []
+    for name in methods:
+        base = {**_truth_fields(path, truth), "method": name, "split": "none", "fold": ""}
+        try:
+            rows.append({**base, **diagnose(_method(name), trace, truth, latency=latency),
+                         "error": ""})
+        except Exception as exc:
+            rows.append({**base, "error": f"{type(exc).__name__}: {exc}"})
+    return rows
+
+
+def task_fold(split: str, fold: str, fit_paths: list[str], score_paths: list[str],
+              cases: dict[str, list[dict[str, Any]]], latency: bool) -> dict[str, Any]:
+    """Fit the probabilistic model on one fold's training runs, score it on the held-out runs
+    and answer their counterfactual cases with ``what_if`` (an executor task)."""
+    from causal_models import ProbabilisticReasoner
+
+    out: dict[str, Any] = {"split": split, "fold": fold, "records": [], "whatif": [],
+                           "fit_s": math.nan, "n_fit": len(fit_paths), "error": ""}
+    try:
+        t0 = time.perf_counter()
+        model = ProbabilisticReasoner().fit([load(p) for p in fit_paths])
+        out["fit_s"] = time.perf_counter() - t0
+    except Exception as exc:
+        out["error"] = f"fit failed: {type(exc).__name__}: {exc}\n{traceback.format_exc(limit=3)}"
+        return out
+    for path in score_paths:
+        trace = load(path)
+        truth = trace.ground_truth or {}
+        base = {**_truth_fields(path, truth), "method": "probabilistic", "split": split,
+                "fold": fold}
+        try:
+            out["records"].append({**base, **diagnose(model, trace, truth, latency=latency),
+                                   "error": ""})
+        except Exception as exc:
+            out["records"].append({**base, "error": f"{type(exc).__name__}: {exc}"})
+        for case in cases.get(path, []):
+            row = {"run": path, "split": split, "fold": fold, "knobs": _json(case["knobs"]),
+                   "expected": case.get("expected"), "source": case.get("source", "")}
+            try:
+                cf = model.what_if(trace, **case["knobs"])
+                row.update(p_failure=float(cf.p_failure),
+                           p_failure_factual=float(cf.p_failure_factual),
+                           predicted=str(cf.failure_type), error="")
+            except Exception as exc:
+                row.update(p_failure=math.nan, p_failure_factual=math.nan, predicted="",
+                           error=f"{type(exc).__name__}: {exc}")
+            out["whatif"].append(row)
+    return out
+
+
+def task_rerun(spec: dict[str, Any], path: str, every: int) -> dict[str, Any]:
+    """Run (or reuse) one knob-changed run and judge whether it trained healthily."""
+    try:
+        execute_run(spec, path, every)
+        res = run_outcome(load(path))
+        return {"path": path, **res, "error": ""}
+    except Exception as exc:
+        return {"path": path, "failed": None, "reasons": [], "error": f"{type(exc).__name__}: {exc}"}
+
+
+def _ensure_runs(specs: list[RunSpec], paths: list[Path], executor: Executor, every: int,
+                 description: str) -> None:
+    todo = [(execute_run, {"spec": s.to_dict(), "path": str(p), "every": every})
+            for s, p in zip(specs, paths, strict=True) if not is_finished(p)]
+    executor.map(todo, description=f"{description} ({len(specs) - len(todo)} reused)")
+
+
+# ---------------------------------------------------------------------------- the run
+@dataclass
+class BenchmarkResult:
+    """Everything a benchmark invocation produced (frames also written as Parquet)."""
+
+    suite: Suite
+    out: Path
+    records: pd.DataFrame
+    counterfactuals: pd.DataFrame
+    repairs: pd.DataFrame
+    folds: pd.DataFrame
+    runs: pd.DataFrame
+    notes: dict[str, Any]
+
+
+def _select_families(suite: Suite) -> list[Any]:
+    from experiments import list_families
+
+    fams = list(list_families())
+    if suite.families is not None:
+        known = {f.name: f for f in fams}
+        missing = [n for n in suite.families if n not in known]
+        if missing:
+            raise KeyError(f"Unknown zoo families {missing}. Known families are: {sorted(known)}")
+        return [known[n] for n in suite.families]
+    failing = [f for f in fams if f.kind == "failure"]
+    healthy = [f for f in fams if f.kind != "failure"]
+    if suite.n_failure is not None:  # one family per failure type first, then the rest
+        first, rest, seen = [], [], set()
+        for f in failing:
+            (rest if f.failure_type in seen else first).append(f)
+            seen.add(f.failure_type)
+        failing = (first + rest)[: suite.n_failure]
+    if suite.n_healthy is not None:
+        healthy = healthy[: suite.n_healthy]
+    return failing + healthy
+
+
+def _cases(truth: dict[str, Any]) -> list[dict[str, Any]]:
+    """Knob changes with a declared outcome: canonical fix, equivalent fixes, counterfactuals."""
+    out, seen = [], set()
+    items = [{"knobs": truth.get("canonical_fix") or {}, "expected": HEALTHY,
+              "source": "canonical_fix"}]
+    items += [{"knobs": k, "expected": HEALTHY, "source": "equivalent_fix"}
+              for k in truth.get("equivalent_fixes") or []]
+    items += [{**c, "source": "counterfactual"} for c in truth.get("counterfactuals") or []]
+    for it in items:
+        key = _json(it["knobs"])
+        if it["knobs"] and key not in seen:
+            seen.add(key)
+            out.append(it)
+    return out
+
+
+def run_benchmark(suite: Suite, out: str | Path, *, executor: Executor | None = None,
+                  run_dir: str | Path | None = None, methods: list[str] | None = None
+                  ) -> BenchmarkResult:
+    """Run a suite end to end and write its per-run records under ``out``.
+
+    Parameters
+    ----------
+    suite : Suite
+    out : path
+        ``results/<suite>``: Parquet tables are written here (metrics and report by
+        :mod:`benchmarks.report`).
+    executor : Executor, optional
+        Default: local worker processes, one per core.
+    run_dir : path, optional
+        Trace cache (default ``<out>/../runs``), shared by suites.
+    methods : list of str, optional
+        Method names (default: heuristic, probabilistic and the baselines, those available).
+    """
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    run_dir = Path(run_dir) if run_dir is not None else out.parent / "runs"
+    executor = executor or LocalExecutor()
+    fp = zoo_fingerprint()
+    names, missing = available_methods(methods)
+    for name, why in missing.items():
+        warnings.warn(f"method {name!r} unavailable, left out: {why}", stacklevel=2)
+    unfitted = [m for m in names if m not in FITTED_METHODS]
+    fitted = [m for m in names if m in FITTED_METHODS]
+    t_start = time.perf_counter()
+
+    # 1. zoo runs ---------------------------------------------------------------
+    fams = _select_families(suite)
+    specs: list[tuple[RunSpec, str]] = []
+    for f in fams:
+        sevs = [None] if suite.severities == "default" else list(f.severities or [None])
+        for sev in sevs:
+            for seed in suite.score_seeds:
+                specs.append((RunSpec(f.name, sev, seed), "score"))
+            if fitted:
+                for seed in suite.fit_seeds:
+                    specs.append((RunSpec(f.name, sev, seed), "fit"))
+    paths = [run_path(run_dir, s, fp) for s, _ in specs]
+    _ensure_runs([s for s, _ in specs], paths, executor, suite.every, "zoo runs")
+    runs = pd.DataFrame([{**s.to_dict(), "knobs": _json(s.knobs), "role": role, "path": str(p),
+                          "finished": is_finished(p)} for (s, role), p in zip(specs, paths,
+                                                                            strict=True)])
+    truths = {str(p): json.loads((p / "meta.json").read_text()).get("ground_truth") or {}
+              for p in paths if is_finished(p)}
+    runs["architecture"] = [truths.get(p, {}).get("architecture") for p in runs["path"]]
+    runs["kind"] = [truths.get(p, {}).get("kind") for p in runs["path"]]
+    score = runs[(runs["role"] == "score") & runs["finished"]]
+    fit = runs[(runs["role"] == "fit") & runs["finished"]]
+
+    # 2. diagnosis + counterfactual re-runs -------------------------------------
+    cf_cases: dict[str, list[dict[str, Any]]] = {}
+    cf_specs: dict[str, RunSpec] = {}
+    for _, r in score[score["seed"].isin(suite.counterfactual_seeds)].iterrows():
+        cases = _cases(truths[r["path"]]) if r["kind"] == "failure" else []
+        cf_cases[r["path"]] = cases
+        for c in cases:
+            spec = RunSpec(r["family"], r["severity"], int(r["seed"]), dict(c["knobs"]))
+            cf_specs[str(run_path(run_dir, spec, fp))] = spec
+    tasks: list[tuple[Any, dict[str, Any]]] = []
+    tasks += [(task_rerun, {"spec": s.to_dict(), "path": p, "every": suite.every})
+              for p, s in cf_specs.items()]
+    if unfitted:
+        tasks += [(task_diagnose, {"path": p, "methods": unfitted, "latency": suite.latency})
+                  for p in score["path"]]
+    folds: list[tuple[str, str, list[str], list[str]]] = []
+    for m in fitted:
+        for split, col in (("family", "family"), ("architecture", "architecture")):
+            if split not in suite.splits:
+                continue
+            for value in sorted(score[col].dropna().unique()):
+                tr = fit[fit[col] != value]["path"].tolist()
+                te = score[score[col] == value]["path"].tolist()
+                if te:
+                    folds.append((split, str(value), tr, te))
+                    tasks.append((task_fold, {"split": split, "fold": str(value),
+                                              "fit_paths": tr, "score_paths": te,
+                                              "cases": {p: cf_cases.get(p, []) for p in te},
+                                              "latency": suite.latency}))
+    results = executor.map(tasks, description="diagnosis + counterfactual re-runs")
+    rerun = {r["path"]: r for r in results if isinstance(r, dict) and "failed" in r}
+    records: list[dict[str, Any]] = []
+    whatif: list[dict[str, Any]] = []
+    fold_rows: list[dict[str, Any]] = []
+    for r in results:
+        if isinstance(r, list):
+            records += r
+        elif isinstance(r, dict) and "records" in r:
+            records += r["records"]
+            whatif += r["whatif"]
+            fold_rows.append({k: r[k] for k in ("split", "fold", "fit_s", "n_fit", "error")}
+                             | {"n_score": len(r["records"])})
+    rec = pd.DataFrame(records)
+    if not rec.empty:
+        rec["label"] = [method_label(m, s) for m, s in zip(rec["method"], rec["split"],
+                                                            strict=True)]
+
+    # counterfactual cases: what_if against the real re-run --------------------
+    cf_rows = []
+    for w in whatif:
+        knobs = json.loads(w["knobs"])
+        r = score[score["path"] == w["run"]].iloc[0]
+        p = str(run_path(run_dir, RunSpec(r["family"], r["severity"], int(r["seed"]), knobs), fp))
+        o = rerun.get(p, {})
+        cf_rows.append({**w, "family": r["family"], "architecture": r["architecture"],
+                        "rerun": p, "actual_failure": o.get("failed"),
+                        "rerun_reasons": _json(o.get("reasons", []))})
+    cf = pd.DataFrame(cf_rows)
+
+    # 3. repair: re-run the top suggested fix -----------------------------------
+    rep_rows, rep_specs = [], {}
+    if not rec.empty and "suggested_fix" in rec.columns:
+        cand = rec[(rec["true_failure"] != HEALTHY) & rec["seed"].isin(suite.repair_seeds)
+                   & (rec["error"] == "")]
+        spec_of = score.set_index("path")
+        for _, r in cand.iterrows():
+            row = {"run": r["run"], "label": r["label"], "family": r["family"],
+                   "architecture": r["architecture"], "fix": r["suggested_fix"], "rerun": ""}
+            if r["suggested_fix"]:
+                base = spec_of.loc[r["run"]]
+                spec = RunSpec(base["family"], base["severity"], int(base["seed"]),
+                               json.loads(r["suggested_fix"]))
+                p = str(run_path(run_dir, spec, fp))
+                rep_specs[p] = spec
+                row["rerun"] = p
+            rep_rows.append(row)
+    rep_results = executor.map([(task_rerun, {"spec": s.to_dict(), "path": p,
+                                              "every": suite.every})
+                                for p, s in rep_specs.items()], description="repair re-runs")
+    outcome = {r["path"]: r for r in rep_results}
+    for row in rep_rows:
+        o = outcome.get(row["rerun"], {})
+        row["rerun_failed"] = o.get("failed")
+        row["repaired"] = bool(row["rerun"]) and o.get("failed") is False
+        row["rerun_reasons"] = _json(o.get("reasons", []))
+    reps = pd.DataFrame(rep_rows)
+
+    notes = {"methods": names, "methods_missing": missing, "zoo_fingerprint": fp,
+             "n_runs": int(len(runs)), "n_score_runs": int(len(score)),
+             "n_fit_runs": int(len(fit)), "n_counterfactual_reruns": len(cf_specs),
+             "n_repair_reruns": len(rep_specs),
+             "families": [f.name for f in fams], "wall_s": time.perf_counter() - t_start,
+             "run_errors": int((~runs["finished"]).sum())}
+    folds_df = pd.DataFrame(fold_rows)
+    for name, frame in (("records", rec), ("counterfactuals", cf), ("repairs", reps),
+                        ("folds", folds_df), ("runs", runs)):
+        frame.to_parquet(out / f"{name}.parquet", index=False)
+    (out / "notes.json").write_text(_json(notes))
+    return BenchmarkResult(suite, out, rec, cf, reps, folds_df, runs, notes)
+
+
+def load_result(suite: Suite, out: str | Path) -> BenchmarkResult:
+    """The result an earlier :func:`run_benchmark` wrote under ``out`` (no re-running).
+
+    Raises
+    ------
+    FileNotFoundError
+        If ``out`` holds no benchmark result.
+    """
+    out = Path(out)
+    if not (out / "notes.json").is_file():
+        raise FileNotFoundError(f"No benchmark result in {out} (notes.json missing); run "
+                                f"python -m benchmarks --suite {suite.name} first.")
+    frames = {n: pd.read_parquet(out / f"{n}.parquet") for n in
+              ("records", "counterfactuals", "repairs", "folds", "runs")}
+    return BenchmarkResult(suite, out, frames["records"], frames["counterfactuals"],
+                           frames["repairs"], frames["folds"], frames["runs"],
+                           json.loads((out / "notes.json").read_text()))
+
+
+def compute_metrics(result: BenchmarkResult, *, seed: int = 0) -> dict[str, Any]:
+    """Every metric per method label, counterfactual validity, repair rates and McNemar."""
+    suite, rec = result.suite, result.records
+    n = suite.n_resamples
+    out: dict[str, Any] = {"suite": suite.to_dict(), "notes": result.notes, "methods": {},
+                           "counterfactual_validity": {}, "mcnemar": {}}
+    if rec.empty:
+        return out
+    ok = rec[rec["error"] == ""] if "error" in rec.columns else rec
+    for label, g in ok.groupby("label", sort=True):
+        m = M.summarize(g, n_resamples=n, seed=seed)
+        reps = result.repairs
+        if not reps.empty:
+            rg = reps[reps["label"] == label]
+            if len(rg):
+                m["repair_rate"] = M.repair_rate(rg, n_resamples=n, seed=seed)
+        m["explain_median_s"] = {"value": float(np.median(g["explain_s"])), "low": math.nan,
+                                 "high": math.nan, "n": int(len(g))}
+        out["methods"][label] = m
+    cf = result.counterfactuals
+    if not cf.empty:
+        good = cf[cf["actual_failure"].notna() & cf["p_failure"].notna()]
+        for split, g in good.groupby("split"):
+            v = M.counterfactual_validity(g.assign(actual_failure=g["actual_failure"].astype(bool)),
+                                          n_resamples=n, seed=seed)
+            v["base_rate_failed"] = float(g["actual_failure"].astype(float).mean())
+            v["expected_agrees_with_rerun"] = float(np.mean(
+                (g["expected"] != HEALTHY) == g["actual_failure"].astype(bool)))
+            out["counterfactual_validity"][method_label("probabilistic", split)] = v
+    labels = sorted(ok["label"].unique())
+    pairs = [(a, b) for a in labels for b in labels
+             if a == "heuristic" and b.startswith("probabilistic[")]
+    for a, b in pairs:
+        for metric, col in (("failure_accuracy", "failure_correct"), ("cause_ac@1", "cause_hit")):
+            ga = ok[ok["label"] == a].set_index("run")
+            gb = ok[ok["label"] == b].set_index("run")
+            common = ga.index.intersection(gb.index)
+            if col == "cause_hit":
+                common = common[(ga.loc[common, "true_failure"] != HEALTHY).to_numpy()]
+                xa = ga.loc[common, "cause_rank"].astype(float).to_numpy() == 1
+                xb = gb.loc[common, "cause_rank"].astype(float).to_numpy() == 1
+            else:
+                xa = ga.loc[common, col].astype(bool).to_numpy()
+                xb = gb.loc[common, col].astype(bool).to_numpy()
+            out["mcnemar"][f"{a} vs {b}: {metric}"] = {**M.mcnemar_test(xa, xb),
+                                                       "n": int(len(common))}
+    return out

@@ -1,0 +1,344 @@
+"""Report of a benchmark: terminal table (rich), ``metrics.json``, ``report.md``, figures.
+
+Everything here reads what the harness wrote (``results/<suite>/*.parquet`` and the metrics
+dict); nothing is recomputed from traces except the health heatmaps, which draw one scored
+run per failure family through NeuralDBG's State Classifier. Figures use matplotlib's Agg
+backend (no display needed).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+from rich.console import Console  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+from benchmarks import metrics as M  # noqa: E402
+from neuraldbg.records import HEALTHY  # noqa: E402
+
+__all__ = ["MAIN_COLUMNS", "fmt", "write_metrics", "print_table", "markdown_tables",
+           "plot_reliability", "plot_ac_at_k", "plot_health_heatmaps", "write_report",
+           "load_results"]
+
+#: (metric key, column title) of the main comparison table.
+MAIN_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("failure_accuracy", "failure acc"),
+    ("cause_ac@1", "cause AC@1"),
+    ("cause_ac@3", "AC@3"),
+    ("cause_avg@5", "Avg@5"),
+    ("cause_mrr", "MRR"),
+    ("layer_accuracy", "layer acc"),
+    ("onset_hit", "onset hit"),
+    ("onset_median_error", "onset med err"),
+    ("detection_median_latency", "latency (steps)"),
+    ("healthy_fpr", "healthy FPR"),
+)
+CALIBRATION_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("ece", "ECE (15 bins)"), ("brier", "Brier"), ("nll", "NLL"),
+    ("repair_rate", "repair rate"), ("detection_rate", "detected"),
+    ("explain_median_s", "explain s (median)"),
+)
+
+
+def fmt(m: dict[str, float] | None, digits: int = 2) -> str:
+    """``value [low, high]`` (or ``value`` alone, or ``-``)."""
+    if not m or m.get("value") is None or (isinstance(m["value"], float)
+                                             and math.isnan(m["value"])):
+        return "-"
+    v = f"{m['value']:.{digits}f}"
+    lo, hi = m.get("low"), m.get("high")
+    if lo is None or hi is None or math.isnan(lo) or math.isnan(hi):
+        return v
+    return f"{v} [{lo:.{digits}f}, {hi:.{digits}f}]"
+
+
+def _clean(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {str(k): _clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_clean(v) for v in obj]
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if hasattr(obj, "item"):
+        return _clean(obj.item())
+    return obj
+
+
+def write_metrics(metrics: dict[str, Any], out: Path) -> Path:
+    """``metrics.json`` (NaN written as null)."""
+    path = Path(out) / "metrics.json"
+    path.write_text(json.dumps(_clean(metrics), indent=2, sort_keys=True))
+    return path
+
+
+def print_table(metrics: dict[str, Any], console: Console | None = None) -> None:
+    """The main comparison as a rich table in the terminal."""
+    console = console or Console()
+    for title, cols in (("Diagnosis (95% bootstrap intervals)", MAIN_COLUMNS),
+                        ("Calibration, repair, cost", CALIBRATION_COLUMNS)):
+        t = Table(title=title, show_lines=False)
+        t.add_column("method", style="bold")
+        for _, name in cols:
+            t.add_column(name, justify="right")
+        for label, m in metrics.get("methods", {}).items():
+            t.add_row(label, *[fmt(m.get(k), 3 if k == "explain_median_s" else 2)
+                               for k, _ in cols])
+        console.print(t)
+    cfv = metrics.get("counterfactual_validity", {})
+    if cfv:
+        t = Table(title="Counterfactual validity: what_if vs real re-run")
+        for c in ("method", "accuracy", "Brier", "re-runs failed", "n"):
+            t.add_column(c, justify="right")
+        for label, v in cfv.items():
+            t.add_row(label, fmt(v["accuracy"]), fmt(v["brier"]),
+                      f"{v['base_rate_failed']:.2f}", str(v["accuracy"]["n"]))
+        console.print(t)
+    for name, r in metrics.get("mcnemar", {}).items():
+        console.print(f"McNemar {name}: heuristic only right {r['a_only']}, probabilistic only "
+                      f"right {r['b_only']}, p = {r['pvalue']:.3g} (n = {r['n']})")
+
+
+def markdown_tables(metrics: dict[str, Any]) -> str:
+    """The tables of the report as Markdown."""
+    lines: list[str] = []
+    for title, cols in (("Diagnosis", MAIN_COLUMNS), ("Calibration, repair, cost",
+                                                      CALIBRATION_COLUMNS)):
+        lines += [f"### {title}", "", "| method | " + " | ".join(n for _, n in cols) + " |",
+                  "|---|" + "---|" * len(cols)]
+        for label, m in metrics.get("methods", {}).items():
+            lines.append(f"| {label} | " + " | ".join(
+                fmt(m.get(k), 3 if k == "explain_median_s" else 2) for k, _ in cols) + " |")
+        lines.append("")
+    n = {label: (m["failure_accuracy"]["n"], m["cause_ac@1"]["n"], m["healthy_fpr"]["n"])
+         for label, m in metrics.get("methods", {}).items()}
+    if n:
+        lines += ["Runs scored per method (all / failing / healthy): " + "; ".join(
+            f"{k} {a}/{b}/{c}" for k, (a, b, c) in n.items()) + ".", ""]
+    cfv = metrics.get("counterfactual_validity", {})
+    if cfv:
+        lines += ["### Counterfactual validity (`what_if` vs really re-running the seed)", "",
+                  "| method | accuracy | Brier | share of re-runs that failed | zoo's declared "
+                  "outcome agrees with the re-run | cases |", "|---|---|---|---|---|---|"]
+        for label, v in cfv.items():
+            lines.append(f"| {label} | {fmt(v['accuracy'])} | {fmt(v['brier'])} | "
+                         f"{v['base_rate_failed']:.2f} | {v['expected_agrees_with_rerun']:.2f} "
+                         f"| {v['accuracy']['n']} |")
+        lines.append("")
+    mc = metrics.get("mcnemar", {})
+    if mc:
+        lines += ["### McNemar's test (exact), heuristic vs probabilistic, paired per run", "",
+                  "| comparison | both right | heuristic only | probabilistic only | neither | "
+                  "p-value |", "|---|---|---|---|---|---|"]
+        for name, r in mc.items():
+            lines.append(f"| {name} | {r['both']} | {r['a_only']} | {r['b_only']} | "
+                         f"{r['neither']} | {r['pvalue']:.3g} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def per_family_table(records: pd.DataFrame) -> str:
+    """Failure accuracy per family (rows) and method (columns), as Markdown."""
+    if records.empty:
+        return ""
+    ok = records[records["error"] == ""]
+    piv = ok.pivot_table(index="family", columns="label", values="failure_correct",
+                         aggfunc="mean")
+    truth = ok.groupby("family")["true_failure"].first()
+    lines = ["| family | truth | " + " | ".join(piv.columns) + " |",
+             "|---|---|" + "---|" * len(piv.columns)]
+    for fam, row in piv.iterrows():
+        lines.append(f"| {fam} | {truth[fam]} | " + " | ".join(
+            "-" if pd.isna(v) else f"{v:.2f}" for v in row) + " |")
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------- figures
+def plot_reliability(records: pd.DataFrame, path: Path, n_bins: int = 15) -> Path:
+    """Reliability diagram of the top-1 confidence, one panel per method."""
+    ok = records[records["error"] == ""]
+    labels = sorted(ok["label"].unique())
+    cols = min(3, max(1, len(labels)))
+    rows = math.ceil(len(labels) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 3.6 * rows), squeeze=False)
+    for ax, label in zip(axes.flat, labels, strict=False):
+        g = ok[ok["label"] == label]
+        t = M.reliability_table(g["confidence"].astype(float), g["failure_correct"].astype(bool),
+                                n_bins)
+        t = t[t["count"] > 0]
+        ax.bar(t["lower"], t["accuracy"], width=1 / n_bins, align="edge", alpha=0.7,
+               edgecolor="k", label="accuracy")
+        ax.plot([0, 1], [0, 1], "k--", lw=1)
+        ax.scatter(t["mean_confidence"], t["accuracy"], s=8 + 4 * t["count"], c="C3", zorder=3,
+                   label="mean confidence (size: runs)")
+        ece = M.expected_calibration_error(g["confidence"].astype(float),
+                                           g["failure_correct"].astype(bool), n_bins)
+        ax.set_title(f"{label}\nECE {ece:.3f}, n={len(g)}", fontsize=9)
+        ax.set_xlim(0, 1)
+        ax.set_ylim(0, 1.02)
+        ax.set_xlabel("top-1 confidence")
+        ax.set_ylabel("accuracy")
+    for ax in list(axes.flat)[len(labels):]:
+        ax.axis("off")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_ac_at_k(records: pd.DataFrame, path: Path, k_max: int = 5) -> Path:
+    """AC@k of the true root cause for k = 1..k_max, one line per method."""
+    ok = records[(records["error"] == "") & (records["true_failure"] != HEALTHY)]
+    fig, ax = plt.subplots(figsize=(5.5, 3.8))
+    ks = np.arange(1, k_max + 1)
+    for i, label in enumerate(sorted(ok["label"].unique())):
+        r = ok[ok["label"] == label]["cause_rank"].astype(float).to_numpy()
+        ax.plot(ks, [M.ac_at_k(r, k) for k in ks], marker="o", label=label,
+                ls="-" if not label.startswith(("autotrainer", "deepdiag", "anomaly")) else "--",
+                color=f"C{i}")
+    ax.set_xticks(ks)
+    ax.set_ylim(0, 1.02)
+    ax.set_xlabel("k")
+    ax.set_ylabel("AC@k (true root cause in top k)")
+    ax.legend(fontsize=7, loc="lower right")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+_STATE_CODES = {"ok": 0, "vanishing": 1, "exploding": 2, "saturated": 3, "dead": 4,
+                "anomalous": 5, "non-finite": 6}
+
+
+def _health_matrix(trace: Any) -> tuple[np.ndarray, list[str], np.ndarray]:
+    """(modules x steps) health codes from the State Classifier, worst state per cell."""
+    from neuraldbg.states import classify_states
+
+    st = classify_states(trace)
+    g = st.frame("gradient").T
+    a = st.frame("activation").T
+    codes = np.zeros(g.shape, dtype=float)
+    for name, code in (("anomalous", 5), ("saturated", 3), ("vanishing", 1), ("exploding", 2),
+                       ("dead", 4)):
+        codes[(g.to_numpy() == name) | (a.to_numpy() == name)] = code
+    nf = st.measures.get("nonfinite")
+    if nf is not None:
+        codes[np.asarray(nf, dtype=bool).T] = 6
+    codes[(g.to_numpy() == "unobserved") & (a.to_numpy() == "unobserved")] = np.nan
+    return codes, list(g.index), np.asarray(st.steps)
+
+
+def plot_health_heatmaps(examples: list[tuple[str, str]], path: Path) -> Path | None:
+    """Layer x step health heatmap of one run per failure family (``(title, trace dir)``).
+
+    The true origin layers and onset step are marked (white ticks, dashed line).
+    """
+    from matplotlib.colors import ListedColormap
+
+    from neuraldbg.trace import load_trace
+
+    if not examples:
+        return None
+    cols = 3
+    rows = math.ceil(len(examples) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 2.9 * rows), squeeze=False)
+    cmap = ListedColormap(["#d9ead3", "#6fa8dc", "#e06666", "#f6b26b", "#444444", "#b4a7d6",
+                           "#990000"])
+    for ax, (title, tdir) in zip(axes.flat, examples, strict=False):
+        trace = load_trace(tdir)
+        try:
+            codes, names, steps = _health_matrix(trace)
+        except Exception as exc:  # the classifier is another stage: show why, go on
+            ax.text(0.5, 0.5, f"no states: {exc}", ha="center", fontsize=7, wrap=True)
+            ax.set_title(title, fontsize=8)
+            continue
+        ax.imshow(codes, aspect="auto", interpolation="nearest", cmap=cmap, vmin=-0.5, vmax=6.5,
+                  extent=(steps[0] - 0.5, steps[-1] + 0.5, len(names) - 0.5, -0.5))
+        gt = trace.ground_truth or {}
+        for lay in gt.get("origin_layers") or []:
+            if lay in names and len(gt.get("origin_layers")) < len(names):
+                ax.plot(steps[0] - 0.5, names.index(lay), marker=">", color="k", ms=5,
+                        clip_on=False)
+        if gt.get("onset_step") is not None:
+            ax.axvline(gt["onset_step"], color="k", ls="--", lw=0.8)
+        step_lbl = max(1, len(names) // 12)
+        ax.set_yticks(range(0, len(names), step_lbl))
+        ax.set_yticklabels(names[::step_lbl], fontsize=5)
+        ax.set_xlabel("step", fontsize=7)
+        ax.set_title(f"{title}: {gt.get('failure_type')}", fontsize=8)
+    for ax in list(axes.flat)[len(examples):]:
+        ax.axis("off")
+    handles = [plt.Rectangle((0, 0), 1, 1, color=cmap(i)) for i in range(7)]
+    fig.legend(handles, list(_STATE_CODES), loc="lower center", ncol=7, fontsize=8)
+    fig.tight_layout(rect=(0, 0.04, 1, 1))
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def load_results(out: Path) -> dict[str, pd.DataFrame]:
+    """The Parquet tables a benchmark wrote under ``out``."""
+    return {name: pd.read_parquet(Path(out) / f"{name}.parquet")
+            for name in ("records", "counterfactuals", "repairs", "folds", "runs")
+            if (Path(out) / f"{name}.parquet").exists()}
+
+
+def make_figures(out: Path, fig_dir: Path | None = None) -> dict[str, Path]:
+    """All figures of a benchmark directory; returns name -> file."""
+    out = Path(out)
+    fig_dir = Path(fig_dir or out / "figures")
+    fig_dir.mkdir(parents=True, exist_ok=True)
+    t = load_results(out)
+    rec = t.get("records", pd.DataFrame())
+    figs: dict[str, Path] = {}
+    if rec.empty:
+        return figs
+    figs["reliability"] = plot_reliability(rec, fig_dir / "reliability.png")
+    figs["ac_at_k"] = plot_ac_at_k(rec, fig_dir / "ac_at_k.png")
+    fail = rec[(rec["true_failure"] != HEALTHY)].drop_duplicates("family").sort_values("family")
+    p = plot_health_heatmaps([(r["family"], r["run"]) for _, r in fail.iterrows()],
+                             fig_dir / "health_heatmaps.png")
+    if p is not None:
+        figs["health_heatmaps"] = p
+    return figs
+
+
+def write_report(metrics: dict[str, Any], out: Path) -> Path:
+    """``report.md`` of one benchmark directory (tables and figures)."""
+    out = Path(out)
+    figs = make_figures(out)
+    t = load_results(out)
+    notes = metrics.get("notes", {})
+    s = metrics.get("suite", {})
+    lines = [f"# NeuralDBG benchmark: suite `{s.get('name')}`", "",
+             f"{notes.get('n_score_runs')} scored runs and {notes.get('n_fit_runs')} fitting "
+             f"runs over {len(notes.get('families', []))} zoo families (score seeds "
+             f"{s.get('score_seeds')}, fit seeds {s.get('fit_seeds')}), "
+             f"{notes.get('n_counterfactual_reruns')} counterfactual re-runs, "
+             f"{notes.get('n_repair_reruns')} repair re-runs; harness wall time "
+             f"{notes.get('wall_s', float('nan')):.0f} s. Intervals: percentile bootstrap over "
+             f"runs, {s.get('n_resamples')} resamples, 95%.", ""]
+    if notes.get("methods_missing"):
+        lines += ["Methods not available in this run: " + ", ".join(
+            f"`{k}` ({v})" for k, v in notes["methods_missing"].items()), ""]
+    lines += [markdown_tables(metrics), "### Failure accuracy per family", "",
+              per_family_table(t.get("records", pd.DataFrame())), ""]
+    for name, title in (("reliability", "Reliability of the top-1 confidence"),
+                        ("ac_at_k", "Root cause in the top k"),
+                        ("health_heatmaps", "Layer x step health (State Classifier), one run "
+                                            "per failure family; dashed: true onset")):
+        if name in figs:
+            lines += [f"### {title}", "", f"![{title}](figures/{figs[name].name})", ""]
+    path = out / "report.md"
+    path.write_text("\n".join(lines))
+    return path

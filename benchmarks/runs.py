@@ -1,0 +1,141 @@
+"""Zoo runs for the benchmark: run specs, a cache of finished traces, and run outcomes.
+
+A run is ``(family, severity, seed, knobs)``. Its trace lives under
+``<run_dir>/<zoo fingerprint>/<family>/<severity>_s<seed>[_<knob hash>]``: the fingerprint
+hashes the source of the zoo and the capture code, so an edited scenario never reuses a
+stale trace, while unchanged code reuses every finished run across suites and invocations.
+A run is written to a temporary directory and renamed when complete, so a killed benchmark
+leaves no half-finished trace that would be mistaken for a finished one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from neuraldbg.trace import Trace, load_trace
+
+__all__ = ["RunSpec", "zoo_fingerprint", "run_path", "is_finished", "execute_run",
+           "run_outcome", "truncate_trace"]
+
+_FINGERPRINT_SOURCES = ("experiments", "neuraldbg/capture.py", "neuraldbg/trace.py")
+
+
+@dataclass(frozen=True, slots=True)
+class RunSpec:
+    """One zoo run.
+
+    Attributes
+    ----------
+    family : str
+        Zoo family name.
+    severity : float or None
+        Severity (None: the family's default).
+    seed : int
+    knobs : dict
+        Knob changes relative to the scenario (empty: the scenario as it is).
+    """
+
+    family: str
+    severity: float | None
+    seed: int
+    knobs: dict[str, Any] = field(default_factory=dict)
+
+    def key(self) -> str:
+        """Relative directory name, stable across processes and machines."""
+        sev = "default" if _is_default(self.severity) else f"{float(self.severity):g}"
+        name = f"{sev}_s{self.seed}"
+        if self.knobs:
+            blob = json.dumps(self.knobs, sort_keys=True)
+            name += "_" + hashlib.sha1(blob.encode()).hexdigest()[:10]
+        return f"{self.family}/{name}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-dict form (task arguments)."""
+        return {"family": self.family,
+                "severity": None if _is_default(self.severity) else float(self.severity),
+                "seed": int(self.seed), "knobs": dict(self.knobs)}
+
+
+def _is_default(severity: Any) -> bool:
+    """None, or the NaN a pandas column turns None into."""
+    return severity is None or (isinstance(severity, float) and math.isnan(severity))
+
+
+def zoo_fingerprint(root: Path | None = None) -> str:
+    """Short hash of the zoo's and the capture's source files (what a trace depends on)."""
+    root = root or Path(__file__).resolve().parent.parent
+    h = hashlib.sha1()
+    for src in _FINGERPRINT_SOURCES:
+        p = root / src
+        files = sorted(p.rglob("*.py")) if p.is_dir() else [p]
+        for f in files:
+            if f.is_file():
+                h.update(str(f.relative_to(root)).encode())
+                h.update(f.read_bytes())
+    return h.hexdigest()[:12]
+
+
+def run_path(run_dir: Path, spec: RunSpec, fingerprint: str) -> Path:
+    """Where the trace of ``spec`` lives."""
+    return Path(run_dir) / fingerprint / spec.key()
+
+
+def is_finished(path: Path) -> bool:
+    """True when ``path`` holds a complete trace written by :func:`execute_run`."""
+    return (Path(path) / "meta.json").is_file() and (Path(path) / "DONE").is_file()
+
+
+def execute_run(spec: dict[str, Any], path: str, every: int = 1) -> str:
+    """Train one zoo run and save its trace to ``path`` (a task for the executor).
+
+    Reuses the trace when it is already finished. Returns ``path``.
+    """
+    from experiments import run_scenario
+
+    out = Path(path)
+    if is_finished(out):
+        return str(out)
+    tmp = out.with_name(f".{out.name}.tmp")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.parent.mkdir(parents=True, exist_ok=True)
+    trace = run_scenario(spec["family"], severity=spec["severity"], seed=spec["seed"],
+                         every=every, **spec["knobs"])
+    trace.save(tmp)
+    (tmp / "DONE").write_text(json.dumps(spec, sort_keys=True))
+    if out.exists():
+        shutil.rmtree(out)
+    tmp.rename(out)
+    return str(out)
+
+
+def run_outcome(trace: Trace) -> dict[str, Any]:
+    """Did the run train healthily? The zoo's own judgement (``experiments.symptoms``).
+
+    Returns
+    -------
+    dict
+        ``failed`` (bool) and the zoo's ``reasons``.
+    """
+    from experiments.symptoms import health_report
+
+    rep = health_report(trace)
+    return {"failed": not bool(rep["healthy"]), "reasons": list(rep.get("reasons", []))}
+
+
+def truncate_trace(trace: Trace, last_step: int) -> Trace:
+    """The trace as it stood after ``last_step`` (what an online detector had seen)."""
+    steps = trace.steps[trace.steps["step"] <= last_step].reset_index(drop=True)
+    stats = trace.stats[trace.stats["step"] <= last_step].reset_index(drop=True)
+    return Trace(steps=steps, stats=stats, modules=trace.modules, meta=trace.meta)
+
+
+def load(path: str | Path) -> Trace:
+    """``load_trace`` (a name the tasks import)."""
+    return load_trace(path)

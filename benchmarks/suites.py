@@ -1,0 +1,112 @@
+"""Benchmark suites: which zoo runs are made, which are scored, what is re-run.
+
+Seeds for fitting the probabilistic model and seeds for scoring are disjoint (fit seeds start
+at 100), so no method is scored on a run it was fitted on, even inside its own family.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Literal
+
+__all__ = ["Suite", "SUITES", "get_suite"]
+
+
+@dataclass(frozen=True, slots=True)
+class Suite:
+    """What one benchmark invocation runs.
+
+    Attributes
+    ----------
+    name : str
+        Output goes to ``results/<name>/``.
+    families : tuple of str or None
+        Zoo families to run (None: every registered family).
+    n_failure, n_healthy : int or None
+        With ``families`` None, keep only this many failure / healthy families (in registry
+        order, one per failure type first): the tiny suite's selection.
+    severities : {"default", "all"}
+        Each family at its default severity, or at every severity of its sweep.
+    score_seeds : tuple of int
+        Seeds of the runs every method is scored on.
+    fit_seeds : tuple of int
+        Seeds of the runs the probabilistic model is fitted on (disjoint from ``score_seeds``).
+    counterfactual_seeds : tuple of int
+        Score seeds whose runs are really re-run under each knob change the zoo declares
+        (counterfactual validity).
+    repair_seeds : tuple of int
+        Score seeds whose failing runs are re-run with each method's top suggested fix.
+    latency : bool
+        Measure detection latency (each method on growing prefixes of the run).
+    splits : tuple of str
+        Held-out splits for fitted methods: ``"family"`` (leave-one-family-out) and/or
+        ``"architecture"`` (leave-one-architecture-out).
+    n_resamples : int
+        Bootstrap resamples per interval.
+    every : int
+        Capture's per-module sampling period for the zoo runs.
+    """
+
+    name: str
+    families: tuple[str, ...] | None = None
+    n_failure: int | None = None
+    n_healthy: int | None = None
+    severities: Literal["default", "all"] = "default"
+    score_seeds: tuple[int, ...] = (0, 1)
+    fit_seeds: tuple[int, ...] = (100, 101)
+    counterfactual_seeds: tuple[int, ...] = (0,)
+    repair_seeds: tuple[int, ...] = (0,)
+    latency: bool = True
+    splits: tuple[str, ...] = ("family", "architecture")
+    n_resamples: int = 1000
+    every: int = 1
+
+    def __post_init__(self) -> None:
+        overlap = set(self.score_seeds) & set(self.fit_seeds)
+        if overlap:
+            raise ValueError(f"Suite {self.name!r}: seeds {sorted(overlap)} are both fit and "
+                             "score seeds; a method must never be scored on what it was "
+                             "fitted on. Make fit_seeds and score_seeds disjoint.")
+        for attr in ("counterfactual_seeds", "repair_seeds"):
+            extra = set(getattr(self, attr)) - set(self.score_seeds)
+            if extra:
+                raise ValueError(f"Suite {self.name!r}: {attr} {sorted(extra)} are not score "
+                                 f"seeds {list(self.score_seeds)}.")
+        bad = set(self.splits) - {"family", "architecture"}
+        if bad:
+            raise ValueError(f"Unknown splits {sorted(bad)}; valid: ['family', 'architecture'].")
+
+    def with_(self, **changes: Any) -> Suite:
+        """A copy with some fields changed."""
+        return replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-dict form (written into metrics.json)."""
+        return {f: getattr(self, f) for f in self.__dataclass_fields__}
+
+
+#: Named suites of ``python -m benchmarks --suite``.
+SUITES: dict[str, Suite] = {
+    # a few families, one seed each: the end-to-end test and a smoke run
+    "tiny": Suite("tiny", n_failure=3, n_healthy=1, score_seeds=(0,), fit_seeds=(100,),
+                  counterfactual_seeds=(0,), repair_seeds=(0,), n_resamples=200),
+    # every family at its default severity, 2 scored + 2 fitting seeds: `make bench`
+    "default": Suite("default"),
+    # every severity of every sweep, 3 scored + 3 fitting seeds, everything re-run
+    "full": Suite("full", severities="all", score_seeds=(0, 1, 2), fit_seeds=(100, 101, 102),
+                  counterfactual_seeds=(0, 1, 2), repair_seeds=(0, 1, 2), n_resamples=2000),
+}
+
+
+def get_suite(name: str) -> Suite:
+    """The suite registered as ``name``.
+
+    Raises
+    ------
+    KeyError
+        Listing the known suites.
+    """
+    try:
+        return SUITES[name]
+    except KeyError:
+        raise KeyError(f"Unknown suite {name!r}. Known suites are: {sorted(SUITES)}") from None
