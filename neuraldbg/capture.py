@@ -1,19 +1,15 @@
 """Capture: hooks on leaf modules write compact statistics into a device buffer.
 
-The hot path never synchronises the host: every statistic is a 0-dim tensor written into a
-preallocated buffer on the model's device, and the buffer is copied to the host once per
-flush (``flush_every`` steps). A hook never keeps a live tensor, never changes an output or a
-gradient, and never branches on a tensor value.
+The hot path never synchronises the host. A forward hook computes a few 0-dim tensors
+(:func:`neuraldbg.statistics.activation_sums`) and a tensor hook on the output the norm of
+its gradient; they are queued for the step and, when :meth:`Recorder.step` closes it, added
+into a preallocated buffer on the model's device in one ``index_add_``. The buffer is copied
+to the host once per flush (``flush_every`` steps). A hook never keeps a live activation,
+never changes an output or a gradient, and never branches on a tensor value.
 
-Per recorded step and leaf module the buffer accumulates, over the module's forward calls:
-
-- sums: calls, mean, std, share zero, share of dead units, share saturated, NaN and Inf
-  counts, squared norm of the gradient with respect to the output, squared norms of the
-  module's parameter gradients, parameters and update;
-- maxima: max |x| of the output.
-
-Per step (every step, cheap): loss, learning rate, global gradient, parameter and update
-norms.
+Per step (every step, cheap): loss, learning rate, global gradient norm. On recorded steps
+(every ``every`` steps, and every step for a window after a loss spike or a non-finite
+loss) also per-module statistics, parameter norms and the update ``||dW|| / ||W||``.
 """
 
 from __future__ import annotations
@@ -25,9 +21,9 @@ import sys
 import time
 import warnings
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -35,79 +31,30 @@ import torch
 from torch import nn
 
 from neuraldbg.errors import CaptureError, NeuralDbgWarning
-from neuraldbg.trace import MODULE_COLUMNS, STAT_COLUMNS, STEP_COLUMNS, Trace, TraceWriter
+from neuraldbg.statistics import (
+    ACT_SUMS,
+    DEN,
+    activation_family,
+    activation_sums,
+    count_thresholds,
+    finish_module_stats,
+    is_channel_first,
+)
+from neuraldbg.trace import (
+    MODULE_COLUMNS,
+    SCHEMA_VERSION,
+    STAT_COLUMNS,
+    STEP_COLUMNS,
+    TRACE_FORMAT,
+    Trace,
+    TraceWriter,
+    load_trace,
+)
 
-__all__ = ["Recorder", "CaptureConfig", "activation_family", "ACTIVATION_FAMILIES"]
+__all__ = ["Recorder", "CaptureConfig"]
 
-ActivationFamily = Literal["sigmoid", "tanh", "softmax", "relu", "smooth", "linear", "norm", "other"]
-
-#: Module class name -> activation family (how saturation and death are judged).
-ACTIVATION_FAMILIES: dict[str, ActivationFamily] = {
-    "Sigmoid": "sigmoid",
-    "Hardsigmoid": "sigmoid",
-    "LogSigmoid": "other",
-    "Tanh": "tanh",
-    "Hardtanh": "tanh",
-    "Softsign": "tanh",
-    "Softmax": "softmax",
-    "Softmax2d": "softmax",
-    "ReLU": "relu",
-    "ReLU6": "relu",
-    "LeakyReLU": "relu",
-    "PReLU": "relu",
-    "RReLU": "relu",
-    "ELU": "relu",
-    "CELU": "relu",
-    "SELU": "relu",
-    "Softplus": "relu",
-    "GELU": "smooth",
-    "SiLU": "smooth",
-    "Mish": "smooth",
-    "Hardswish": "smooth",
-    "Linear": "linear",
-    "Bilinear": "linear",
-    "LazyLinear": "linear",
-    "Conv1d": "linear",
-    "Conv2d": "linear",
-    "Conv3d": "linear",
-    "ConvTranspose1d": "linear",
-    "ConvTranspose2d": "linear",
-    "ConvTranspose3d": "linear",
-    "Embedding": "linear",
-    "BatchNorm1d": "norm",
-    "BatchNorm2d": "norm",
-    "BatchNorm3d": "norm",
-    "LayerNorm": "norm",
-    "GroupNorm": "norm",
-    "InstanceNorm1d": "norm",
-    "InstanceNorm2d": "norm",
-    "RMSNorm": "norm",
-}
-
-_CHANNEL_FIRST = ("Conv", "BatchNorm", "InstanceNorm", "GroupNorm", "MaxPool", "AvgPool",
-                  "AdaptiveAvgPool", "AdaptiveMaxPool", "Dropout2d", "Dropout3d")
-
-
-def activation_family(module: nn.Module) -> ActivationFamily:
-    """Return how NeuralDBG judges saturation for ``module``'s output.
-
-    Subclasses of a known activation inherit its family.
-    """
-    for cls in type(module).__mro__:
-        fam = ACTIVATION_FAMILIES.get(cls.__name__)
-        if fam is not None:
-            return fam
-    return "other"
-
-
-# Layout of the per-module sum buffer.
-_SUM = ("calls", "mean", "std", "frac_zero", "frac_dead", "frac_sat", "nan", "inf",
-        "out_grad_sq", "param_grad_sq", "param_sq", "update_sq")
-_S = {name: i for i, name in enumerate(_SUM)}
-_N_ACT = 8  # calls .. inf are written together by the forward hook
-# Per-step buffer layout.
-_STEP = ("loss", "grad_sq", "param_sq", "update_sq")
-_T = {name: i for i, name in enumerate(_STEP)}
+_N_ACT = len(ACT_SUMS)
+_PARAM = ("param_grad_sq", "param_sq", "update_sq")  # per-module parameter sums
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +80,12 @@ class CaptureConfig:
         A softmax row whose largest probability is above 1 - margin is saturated (one-hot).
     smooth_tail : float
         A GELU/SiLU output in [-smooth_tail, 0] lies on the flat negative tail.
+    sample_size : int
+        Shares, mean, std and NaN/Inf counts of an output larger than this are computed on a
+        strided sample of the batch of about this many elements (counts scaled up; a share
+        then has a standard error below 0.8 points); max |x| and dead units always use the
+        whole output. Comparisons cost ~2 ns an element on the CPU, so sampling is what keeps
+        ``every=1`` affordable.
     """
 
     every: int = 1
@@ -143,6 +96,7 @@ class CaptureConfig:
     tanh_margin: float = 0.01
     softmax_margin: float = 0.01
     smooth_tail: float = 0.01
+    sample_size: int = 4096
 
 
 def _first_float_tensor(obj: Any) -> torch.Tensor | None:
@@ -234,7 +188,7 @@ class Recorder:
         if config is not None and not isinstance(config, Mapping):
             raise TypeError(f"config must be a dict of run metadata, got {type(config).__name__}.")
         base = capture_config or CaptureConfig()
-        self.cfg = CaptureConfig(**{**{f: getattr(base, f) for f in base.__dataclass_fields__},
+        self.cfg = CaptureConfig(**{**{f.name: getattr(base, f.name) for f in fields(base)},
                                     "every": every, "flush_every": flush_every})
         self.model = model
         self.optimizer = optimizer
@@ -258,10 +212,8 @@ class Recorder:
         leaves: list[tuple[str, nn.Module]] = []
         rows = []
         for order, (name, mod) in enumerate(self.model.named_modules()):
-            if name == "" and len(list(self.model.children())) > 0:
-                continue
-            if len(list(mod.children())) > 0:
-                continue
+            if next(mod.children(), None) is not None:
+                continue  # containers are not monitored; their leaves are
             leaves.append((name, mod))
             own = list(mod.parameters(recurse=False))
             rows.append({
@@ -275,45 +227,50 @@ class Recorder:
                 "n_params": int(sum(p.numel() for p in own)),
                 "n_trainable": int(sum(p.numel() for p in own if p.requires_grad)),
             })
-        if not leaves:
-            raise ValueError("The model has no modules to monitor.")
         self._leaves = leaves
         self._modules = pd.DataFrame(rows, columns=list(MODULE_COLUMNS))
         self._index = {id(mod): i for i, (_, mod) in enumerate(leaves)}
+        self._families = [activation_family(m) for _, m in leaves]
+        self._channel_first = [is_channel_first(m) for _, m in leaves]
         self._forward_seen: dict[int, int] = {}
-        self._families: list[str] = self._modules["activation_family"].tolist()
-        self._channel_first = [
-            any(t.startswith(p) for p in _CHANNEL_FIRST) for t in self._modules["module_type"]
-        ]
-        # Parameters: every trainable parameter counts in the global norms; those owned by a
-        # leaf module also count for that module.
+        # Every trainable parameter counts in the global norms; one owned directly by a leaf
+        # also counts for that leaf (index len(leaves) is the bucket of container-owned ones).
         params: list[nn.Parameter] = []
         owner: list[int] = []
         seen: set[int] = set()
-        for name, mod in self.model.named_modules():
-            idx = self._index.get(id(mod), len(leaves))  # len(leaves) = "no leaf" bucket
+        for mod in self.model.modules():
             for p in mod.parameters(recurse=False):
-                if id(p) in seen or not p.requires_grad:
-                    continue
-                seen.add(id(p))
-                params.append(p)
-                owner.append(idx)
+                if id(p) not in seen and p.requires_grad:
+                    seen.add(id(p))
+                    params.append(p)
+                    owner.append(self._index.get(id(mod), len(leaves)))
         self._params = params
-        try:
-            first = next(self.model.parameters())
-            device = first.device
-        except StopIteration:
-            device = torch.device("cpu")
-        self._device = device
-        self._owner = torch.tensor(owner, dtype=torch.long, device=device)
-        self._owner_list = owner
-        n_mod, cap = len(leaves), self.cfg.flush_every
-        # +1 row: the "no leaf" bucket for parameters owned by containers.
-        self._sum = torch.zeros(cap, n_mod + 1, len(_SUM), dtype=torch.float32, device=device)
-        self._max = torch.zeros(cap, n_mod, dtype=torch.float32, device=device)
-        self._stepbuf = torch.full((cap, len(_STEP)), float("nan"), dtype=torch.float64,
-                                   device=device)
+        first = next(self.model.parameters(), None)
+        self._device = first.device if first is not None else torch.device("cpu")
+        dev, n_mod, cap = self._device, len(leaves), self.cfg.flush_every
+        self._owner = owner
+        self._index_cache: dict[tuple[int, ...], torch.Tensor] = {}
+        self._has_params = self._modules["n_trainable"].to_numpy() > 0
+        # Device buffers, one row per step slot (+1 module row: the container bucket).
+        self._act = torch.zeros(cap, n_mod + 1, _N_ACT, dtype=torch.float32, device=dev)
+        self._max = torch.zeros(cap, n_mod + 1, dtype=torch.float32, device=dev)
+        self._grad = torch.zeros(cap, n_mod + 1, dtype=torch.float32, device=dev)
+        self._par = torch.zeros(cap, n_mod + 1, len(_PARAM), dtype=torch.float32, device=dev)
+        self._den = np.zeros((cap, n_mod + 1, len(DEN)))
+        self._nan = torch.full((), float("nan"), device=dev)
+        self._margins = (self.cfg.sigmoid_margin, self.cfg.softmax_margin, self.cfg.smooth_tail)
+        self._thresholds = [count_thresholds(f, self.cfg.tanh_margin, dev) for f in self._families]
         self._snapshot: list[torch.Tensor] | None = None
+
+    def _device_index(self, idx: list[int] | tuple[int, ...]) -> torch.Tensor:
+        """A cached device tensor of module indices (no host-to-device copy per step)."""
+        key = tuple(idx)
+        t = self._index_cache.get(key)
+        if t is None:
+            t = torch.tensor(key, dtype=torch.long, device=self._device)
+            if len(self._index_cache) < 4096:
+                self._index_cache[key] = t
+        return t
 
     # --------------------------------------------------------------- lifecycle
     def __enter__(self) -> Recorder:
@@ -368,112 +325,94 @@ class Recorder:
         self._slot_lr: list[float] = []
         self._slot_recorded: list[bool] = []
         self._slot_complete: list[bool] = []
+        self._slot_scalars: list[list[torch.Tensor]] = []  # loss, grad, param, update norms
         self._recording = True         # step 0 is always recorded
         self._dense_until = -1
         self._loss_ema: float | None = None
+        self._error: str | None = None
+        self._started = time.time()
+        self._clear_pending()
+
+    def _clear_pending(self) -> None:
         self._dirty = False
         self._opt_stepped = False
         self._lr: float = float("nan")
-        self._error: str | None = None
-        self._started = time.time()
+        self._act_idx: list[int] = []
+        self._act_vals: list[torch.Tensor] = []
+        self._act_max: list[torch.Tensor] = []
+        self._grad_idx: list[int] = []
+        self._grad_vals: list[torch.Tensor] = []
+        nan = self._nan
+        self._scalars = [nan, nan, nan, nan]
 
     # ------------------------------------------------------------------ hooks
     def _forward_hook(self, module: nn.Module, inputs: Any, output: Any) -> None:
         if not self._recording or not torch.is_grad_enabled():
             return  # not a recorded step, or an evaluation pass under no_grad
         x = _first_float_tensor(output)
-        if x is None:
+        if x is None or x.numel() == 0:
             return
         idx = self._index[id(module)]
         if idx not in self._forward_seen:
             self._forward_seen[idx] = len(self._forward_seen)
         self._dirty = True
-        slot = self._slot
         with torch.no_grad():
             xd = x.detach()
             if xd.dtype != torch.float32:
                 xd = xd.float()
-            self._write_activation(slot, idx, xd, self._families[idx])
+            sums, max_abs, den = activation_sums(
+                xd, self._families[idx], self._channel_first[idx], self._thresholds[idx],
+                sample_size=self.cfg.sample_size, margins=self._margins)
+        self._act_idx.append(idx)
+        self._act_vals.append(sums)
+        self._act_max.append(max_abs)
+        self._den[self._slot, idx, :5] += den
         if x.requires_grad:
-            x.register_hook(self._make_grad_hook(slot, idx))
+            x.register_hook(self._make_grad_hook(idx))
 
-    def _write_activation(self, slot: int, idx: int, x: torch.Tensor, family: str) -> None:
-        numel = max(x.numel(), 1)
-        std, mean = torch.std_mean(x, correction=0) if x.numel() > 1 else (
-            torch.zeros((), device=x.device), x.reshape(-1).sum())
-        a = x.abs()
-        if x.dim() >= 2:
-            unit_dim = 1 if self._channel_first[idx] else x.dim() - 1
-            dims = tuple(d for d in range(x.dim()) if d != unit_dim)
-            unit_max = a.amax(dim=dims)
-            frac_dead = (unit_max == 0).float().mean()
-            max_abs = unit_max.amax()
-        else:
-            frac_dead = (a == 0).float().mean()
-            max_abs = a.amax() if x.numel() else torch.zeros((), device=x.device)
-        frac_zero = 1.0 - torch.count_nonzero(x) / numel
-        cfg = self.cfg
-        if family == "sigmoid":
-            frac_sat = ((x - 0.5).abs() > 0.5 - cfg.sigmoid_margin).float().mean()
-        elif family == "tanh":
-            frac_sat = (a > 1.0 - cfg.tanh_margin).float().mean()
-        elif family == "softmax":
-            frac_sat = ((x.amax(dim=-1) > 1.0 - cfg.softmax_margin).float().mean()
-                        if x.dim() else torch.zeros((), device=x.device))
-        elif family == "smooth":
-            frac_sat = ((x <= 0) & (x >= -cfg.smooth_tail)).float().mean()
-        else:
-            frac_sat = torch.zeros((), device=x.device)
-        nan = torch.isnan(x).sum()
-        inf = torch.isinf(x).sum()
-        vals = torch.stack([torch.ones((), device=x.device), mean, std, frac_zero, frac_dead,
-                            frac_sat, nan.float(), inf.float()])
-        self._sum[slot, idx, :_N_ACT].add_(vals)
-        torch.maximum(self._max[slot, idx], max_abs, out=self._max[slot, idx])
-
-    def _make_grad_hook(self, slot: int, idx: int):  # noqa: ANN202 - closure
-        buf = self._sum
-
+    def _make_grad_hook(self, idx: int):  # noqa: ANN202 - closure
         def grad_hook(grad: torch.Tensor) -> None:
             with torch.no_grad():
-                g = grad.detach()
-                buf[slot, idx, _S["out_grad_sq"]].add_(
-                    torch.linalg.vector_norm(g, dtype=torch.float32).square())
-            return None
+                self._grad_vals.append(torch.linalg.vector_norm(grad.detach(),
+                                                                dtype=torch.float32))
+            self._grad_idx.append(idx)
+            self._den[self._slot, idx, 5] += 1
 
         return grad_hook
 
     def _measure_params(self, *, before_update: bool) -> None:
-        """Parameter-gradient and parameter norms (before the update) or update norms."""
+        """Gradient norms (every step); parameter norms and update norms (recorded steps)."""
         if not self._params:
             return
-        slot = self._slot
+        slot, rec = self._slot, self._recording
         with torch.no_grad():
             if before_update:
                 present = [i for i, p in enumerate(self._params) if p.grad is not None]
                 if present:
-                    grads = [self._params[i].grad for i in present]
-                    gsq = torch.stack(torch._foreach_norm(grads)).double().square()
-                    self._stepbuf[slot, _T["grad_sq"]] = gsq.sum()
-                    if self._recording:
-                        owner = (self._owner if len(present) == len(self._params)
-                                 else self._owner[present])
-                        self._sum[slot, :, _S["param_grad_sq"]].index_add_(0, owner, gsq.float())
-                psq = torch.stack(torch._foreach_norm(self._params)).double().square()
-                self._stepbuf[slot, _T["param_sq"]] = psq.sum()
-                if self._recording:
-                    self._sum[slot, :, _S["param_sq"]].index_add_(0, self._owner, psq.float())
+                    norms = torch.stack(torch._foreach_norm([self._params[i].grad
+                                                             for i in present]))
+                    self._scalars[1] = torch.linalg.vector_norm(norms)
+                    if rec:
+                        owner = self._device_index([self._owner[i] for i in present])
+                        self._par[slot, :, 0].index_add_(0, owner, norms.square())
+                if not rec:
+                    return  # parameter and update norms need a pass over (and a copy of) W
+                norms = torch.stack(torch._foreach_norm(self._params))
+                self._scalars[2] = torch.linalg.vector_norm(norms)
+                self._par[slot, :, 1].index_add_(0, self._device_index(self._owner),
+                                                 norms.square())
                 if self.optimizer is not None:
+                    weights = [p.detach() for p in self._params]
                     if self._snapshot is None:
-                        self._snapshot = [p.detach().clone() for p in self._params]
+                        self._snapshot = [w.clone() for w in weights]
                     else:
-                        torch._foreach_copy_(self._snapshot, [p.detach() for p in self._params])
-            elif self._snapshot is not None:
+                        torch._foreach_copy_(self._snapshot, weights)
+            elif rec and self._snapshot is not None:
                 diff = torch._foreach_sub([p.detach() for p in self._params], self._snapshot)
-                usq = torch.stack(torch._foreach_norm(diff)).double().square()
-                self._stepbuf[slot, _T["update_sq"]] = usq.sum()
-                if self._recording:
-                    self._sum[slot, :, _S["update_sq"]].index_add_(0, self._owner, usq.float())
+                norms = torch.stack(torch._foreach_norm(diff))
+                self._scalars[3] = torch.linalg.vector_norm(norms)
+                self._par[slot, :, 2].index_add_(0, self._device_index(self._owner),
+                                                 norms.square())
 
     def _pre_step_hook(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         self._lr = float(optimizer.param_groups[0].get("lr", float("nan")))
@@ -491,8 +430,9 @@ class Recorder:
         return self._step
 
     def step(self, loss: torch.Tensor | float | None = None) -> None:
-        """Record the loss and advance the step counter. Call once per step, after
-        ``optimizer.step()``.
+        """Record the loss and advance the step counter.
+
+        Call once per training step, after ``optimizer.step()``.
 
         Parameters
         ----------
@@ -503,13 +443,14 @@ class Recorder:
         ------
         CaptureError
             If called outside the ``with`` block.
+        ValueError
+            If ``loss`` is a tensor with more than one element.
         """
         if not self._active:
             raise CaptureError(
                 "dbg.step(loss) was called outside the `with dbg:` block. Wrap the training "
                 "loop in `with dbg:` so that hooks are active."
             )
-        slot = self._slot
         if not self._opt_stepped:
             if self.optimizer is None:
                 self._measure_params(before_update=True)
@@ -520,14 +461,14 @@ class Recorder:
             if loss.numel() != 1:
                 raise ValueError(
                     f"dbg.step(loss) expects a scalar loss, got a tensor of shape "
-                    f"{tuple(loss.shape)}. Pass loss.mean() or the reduced loss."
+                    f"{tuple(loss.shape)}. Pass the reduced loss (e.g. loss.mean())."
                 )
-            lt = loss.detach().reshape(())
-            self._stepbuf[slot, _T["loss"]].copy_(lt)
+            lt = loss.detach().reshape(()).to(self._device, torch.float32)
+            self._scalars[0] = lt
             host_loss = _read_scalar(lt)
         elif loss is not None:
             host_loss = float(loss)
-            self._stepbuf[slot, _T["loss"]] = host_loss
+            self._scalars[0] = torch.full((), host_loss, device=self._device)
         self._close_slot(complete=True)
         self._step += 1
         self._update_sampling(host_loss)
@@ -535,13 +476,25 @@ class Recorder:
             self.flush()
 
     def _close_slot(self, *, complete: bool) -> None:
+        """Add the step's queued statistics into its buffer row and move to the next row."""
+        slot = self._slot
+        with torch.no_grad():
+            if self._act_idx:
+                idx = self._device_index(self._act_idx)
+                vals = torch.stack(self._act_vals)
+                vals[:, 1].square_()  # norms -> sums of squares, which add across calls
+                self._act[slot].index_add_(0, idx, vals)
+                self._max[slot].scatter_reduce_(0, idx, torch.stack(self._act_max), "amax")
+            if self._grad_idx:
+                self._grad[slot].index_add_(0, self._device_index(self._grad_idx),
+                                            torch.stack(self._grad_vals).square())
+        self._slot_scalars.append(self._scalars)
         self._slot_steps.append(self._step)
         self._slot_lr.append(self._lr)
         self._slot_recorded.append(self._recording)
         self._slot_complete.append(complete)
         self._slot += 1
-        self._dirty = False
-        self._opt_stepped = False
+        self._clear_pending()
         self._trace_cache = None
 
     def _update_sampling(self, host_loss: float | None) -> None:
@@ -558,14 +511,13 @@ class Recorder:
         self._recording = (self._step % cfg.every == 0) or self._step <= self._dense_until
 
     def flush(self, *, final: bool = False) -> None:
-        """Copy the buffer to the host, append a chunk (and write it when streaming).
+        """Copy the buffer to the host and append a chunk (written to disk when streaming).
 
         The capture's only host synchronisation. Called every ``flush_every`` steps, on exit,
         and when the trace is read.
         """
         if final and self._dirty:
-            # An interrupted step (exception, crash): keep what its hooks recorded.
-            self._close_slot(complete=False)
+            self._close_slot(complete=False)  # an interrupted step: keep what it recorded
         n = self._slot
         if n:
             steps, stats = self._drain(n)
@@ -574,74 +526,52 @@ class Recorder:
             else:
                 self._chunks.append((steps, stats))
             self._slot = 0
-        if self._writer is not None:
+        if self._writer is not None and (final or n):
             self._writer.write_modules(self._modules_table())
-            if final or n:
-                self._writer.write_meta(self._meta())
+            self._writer.write_meta(self._meta())
         self._trace_cache = None
 
     def _drain(self, n: int) -> tuple[pd.DataFrame, pd.DataFrame]:
-        # copy=True: on the CPU .cpu() would alias the buffer that is zeroed just below.
-        sums = self._sum[:n].to("cpu", torch.float64, copy=True).numpy()
-        maxes = self._max[:n].to("cpu", torch.float64, copy=True).numpy()
-        stepbuf = self._stepbuf[:n].to("cpu", torch.float64, copy=True).numpy()
-        self._sum[:n].zero_()
-        self._max[:n].zero_()
-        self._stepbuf[:n].fill_(float("nan"))
+        n_mod = len(self._leaves)
+        with torch.no_grad():
+            scalars = torch.stack([torch.stack(s) for s in self._slot_scalars[:n]])
+            # copy=True: on the CPU .cpu() would alias the buffers zeroed just below.
+            host = [t.to("cpu", torch.float64, copy=True).numpy()
+                    for t in (scalars, self._act[:n], self._max[:n], self._grad[:n],
+                              self._par[:n])]
+            for buf in (self._act, self._max, self._grad, self._par):
+                buf[:n].zero_()
+        scal, act, mx, grad, par = host
+        den = self._den[:n].copy()
+        self._den[:n] = 0.0
         steps_arr = np.asarray(self._slot_steps[:n], dtype=np.int64)
-        grad_norm = np.sqrt(stepbuf[:, _T["grad_sq"]])
-        param_norm = np.sqrt(stepbuf[:, _T["param_sq"]])
-        update_norm = np.sqrt(stepbuf[:, _T["update_sq"]])
+        recorded = np.asarray(self._slot_recorded[:n], dtype=bool)
         with np.errstate(divide="ignore", invalid="ignore"):
-            update_ratio = update_norm / param_norm
+            update_ratio = scal[:, 3] / scal[:, 2]
         steps = pd.DataFrame({
             "step": steps_arr,
-            "loss": stepbuf[:, _T["loss"]],
+            "loss": scal[:, 0],
             "lr": np.asarray(self._slot_lr[:n], dtype=np.float64),
-            "grad_norm": grad_norm,
-            "param_norm": param_norm,
-            "update_norm": update_norm,
+            "grad_norm": scal[:, 1],
+            "param_norm": scal[:, 2],
+            "update_norm": scal[:, 3],
             "update_ratio": update_ratio,
-            "recorded": np.asarray(self._slot_recorded[:n], dtype=bool),
+            "recorded": recorded,
             "complete": np.asarray(self._slot_complete[:n], dtype=bool),
         }, columns=list(STEP_COLUMNS))
-        for lst in (self._slot_steps, self._slot_lr, self._slot_recorded, self._slot_complete):
+        for lst in (self._slot_steps, self._slot_lr, self._slot_recorded, self._slot_complete,
+                    self._slot_scalars):
             del lst[:n]
-
-        n_mod = len(self._leaves)
-        rec = np.flatnonzero(steps["recorded"].to_numpy())
-        s = sums[rec, :n_mod, :]                          # (r, m, k)
-        calls = s[:, :, _S["calls"]]
-        has_params = (self._modules["n_trainable"].to_numpy() > 0)[None, :]
-        keep = (calls > 0) | has_params
-        with np.errstate(divide="ignore", invalid="ignore"):
-            per_call = s[:, :, : _N_ACT] / np.where(calls > 0, calls, np.nan)[:, :, None]
-            param_norm_m = np.sqrt(s[:, :, _S["param_sq"]])
-            upd = np.sqrt(s[:, :, _S["update_sq"]]) / param_norm_m
-        if self.optimizer is None:
-            upd = np.full_like(upd, np.nan)
-        no_params = ~np.broadcast_to(has_params, keep.shape)
+        rec = np.flatnonzero(recorded)
         names = np.asarray([name for name, _ in self._leaves], dtype=object)
-        ri, mi = np.nonzero(keep)
-        stats = pd.DataFrame({
-            "step": steps_arr[rec][ri],
-            "module_name": names[mi],
-            "calls": calls[ri, mi].astype(np.int64),
-            "act_mean": per_call[ri, mi, _S["mean"]],
-            "act_std": per_call[ri, mi, _S["std"]],
-            "act_max_abs": np.where(calls[ri, mi] > 0, maxes[rec][ri, mi], np.nan),
-            "act_frac_zero": per_call[ri, mi, _S["frac_zero"]],
-            "act_frac_dead": per_call[ri, mi, _S["frac_dead"]],
-            "act_frac_saturated": per_call[ri, mi, _S["frac_sat"]],
-            "act_nan": s[ri, mi, _S["nan"]].astype(np.int64),
-            "act_inf": s[ri, mi, _S["inf"]].astype(np.int64),
-            "out_grad_norm": np.sqrt(s[ri, mi, _S["out_grad_sq"]]),
-            "param_grad_norm": np.where(no_params[ri, mi], np.nan,
-                                        np.sqrt(s[ri, mi, _S["param_grad_sq"]])),
-            "param_norm": np.where(no_params[ri, mi], np.nan, param_norm_m[ri, mi]),
-            "update_ratio": np.where(no_params[ri, mi], np.nan, upd[ri, mi]),
-        }, columns=list(STAT_COLUMNS))
-        return steps, stats
+        par_rec = par[rec, :n_mod]
+        if self.optimizer is None:
+            par_rec[..., 2] = np.nan
+        stats = finish_module_stats(
+            steps_arr[rec], names, act[rec, :n_mod], mx[rec, :n_mod], den[rec, :n_mod],
+            grad[rec, :n_mod], par_rec, self._has_params,
+        )
+        return steps, stats[list(STAT_COLUMNS)]
 
     # ------------------------------------------------------------------ trace
     def _modules_table(self) -> pd.DataFrame:
@@ -660,7 +590,7 @@ class Recorder:
             "seed": self.seed if self.seed is not None else int(torch.initial_seed()),
             "every": self.cfg.every,
             "flush_every": self.cfg.flush_every,
-            "capture_config": {f: getattr(self.cfg, f) for f in self.cfg.__dataclass_fields__},
+            "capture_config": {f.name: getattr(self.cfg, f.name) for f in fields(self.cfg)},
             "model_class": type(self.model).__name__,
             "optimizer_class": type(self.optimizer).__name__ if self.optimizer else None,
             "device": str(self._device),
@@ -683,8 +613,6 @@ class Recorder:
         if self._active and self._slot:
             self.flush()
         if self._writer is not None:
-            from neuraldbg.trace import load_trace
-
             trace = load_trace(self._writer.root)
         else:
             steps = [c[0] for c in self._chunks]
@@ -695,7 +623,7 @@ class Recorder:
                 stats=(pd.concat(stats, ignore_index=True) if stats
                        else pd.DataFrame(columns=list(STAT_COLUMNS))),
                 modules=self._modules_table(),
-                meta={"format": "neuraldbg-trace", "schema_version": 1, **self._meta()},
+                meta={"format": TRACE_FORMAT, "schema_version": SCHEMA_VERSION, **self._meta()},
             )
         self._trace_cache = trace
         return trace

@@ -47,8 +47,10 @@ STEP_COLUMNS: dict[str, str] = {
     "loss": "loss passed to ``dbg.step`` (NaN when the step did not finish)",
     "lr": "learning rate of the first parameter group, read when the optimizer stepped",
     "grad_norm": "global L2 norm of all parameter gradients before the optimizer step",
-    "param_norm": "global L2 norm of all trainable parameters before the optimizer step",
-    "update_norm": "global L2 norm of the optimizer's change to the parameters, ||dW||",
+    "param_norm": "global L2 norm of all trainable parameters before the optimizer step "
+    "(recorded steps only, NaN otherwise: it needs a pass over every weight)",
+    "update_norm": "global L2 norm of the optimizer's change to the parameters, ||dW|| "
+    "(recorded steps only: it needs a copy of the weights)",
     "update_ratio": "update_norm / param_norm",
     "recorded": "True when per-module statistics were recorded at this step",
     "complete": "False for a step interrupted before ``dbg.step`` (an exception, a crash)",

@@ -1,0 +1,194 @@
+"""Capture overhead: step time with NeuralDbg / without, interleaved in one process.
+
+Run ``python -m benchmarks.overhead`` (``make overhead``). For each model and each ``every``,
+rounds of ``--steps`` training steps alternate between the bare loop and the loop under
+``NeuralDbg`` (including its flushes); the ratio of the median round times is reported, so
+machine load that comes and goes hits both sides alike: the reported ratio is the median of
+the per-pair ratios, with its interquartile range. Also reported: host syncs
+(``aten._local_scalar_dense``) added per step, and resident-memory growth per 1,000 steps
+while streaming a trace to disk.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from rich.console import Console
+from rich.table import Table
+from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
+
+import neuraldbg as ndb
+
+
+def make_mlp() -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
+    model = nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(),
+                          nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 10))
+    return model, torch.randn(128, 784), torch.randint(0, 10, (128,))
+
+
+def make_cnn() -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
+    model = nn.Sequential(nn.Conv2d(1, 16, 3), nn.ReLU(), nn.MaxPool2d(2),
+                          nn.Conv2d(16, 32, 3), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
+                          nn.Linear(32 * 5 * 5, 10))
+    return model, torch.randn(64, 1, 28, 28), torch.randint(0, 10, (64,))
+
+
+MODELS = {"mlp": make_mlp, "cnn": make_cnn}
+
+
+def _round(model, opt, x, y, steps: int, dbg: ndb.NeuralDbg | None) -> float:
+    loss_fn = nn.CrossEntropyLoss()
+    t0 = time.perf_counter()
+    if dbg is not None:
+        dbg.__enter__()
+    try:
+        for _ in range(steps):
+            opt.zero_grad()
+            loss = loss_fn(model(x), y)
+            loss.backward()
+            opt.step()
+            if dbg is not None:
+                dbg.step(loss)
+    finally:
+        if dbg is not None:
+            dbg.__exit__(None, None, None)
+    return time.perf_counter() - t0
+
+
+def measure_ratio(name: str, every: int, *, steps: int, rounds: int) -> dict[str, float]:
+    """Median round time under NeuralDbg / median bare round time, interleaved."""
+    torch.manual_seed(0)
+    model, x, y = MODELS[name]()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    _round(model, opt, x, y, steps // 4, None)  # warm-up
+    bare, hooked = [], []
+    for r in range(rounds):
+        order = (False, True) if r % 2 == 0 else (True, False)
+        for use in order:
+            dbg = ndb.NeuralDbg(model, optimizer=opt, every=every, flush_every=steps) if use else None
+            (hooked if use else bare).append(_round(model, opt, x, y, steps, dbg))
+    # Each round's ratio is taken against the bare round next to it, so load that comes and
+    # goes on a shared machine hits both sides of a pair; the median of the pairs is robust.
+    pairs = sorted(h / b for h, b in zip(hooked, bare))
+    q1, q3 = pairs[len(pairs) // 4], pairs[(3 * len(pairs)) // 4]
+    return {
+        "model": name,
+        "every": every,
+        "ratio": statistics.median(pairs),
+        "ratio_iqr": [q1, q3],
+        "bare_ms_per_step": 1e3 * statistics.median(bare) / steps,
+        "hooked_ms_per_step": 1e3 * statistics.median(hooked) / steps,
+    }
+
+
+class _SyncCounter(TorchDispatchMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func is torch.ops.aten._local_scalar_dense.default:
+            self.count += 1
+        return func(*args, **(kwargs or {}))
+
+
+def host_syncs_per_step(name: str, steps: int = 20) -> float:
+    """Extra ``_local_scalar_dense`` calls per step caused by NeuralDbg (target 0)."""
+    torch.manual_seed(0)
+    model, x, y = MODELS[name]()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    counts = []
+    for use in (False, True):
+        dbg = ndb.NeuralDbg(model, optimizer=opt, flush_every=10 * steps) if use else None
+        if dbg is not None:
+            dbg.__enter__()
+        with _SyncCounter() as mode:
+            for _ in range(steps):
+                opt.zero_grad()
+                loss = nn.functional.cross_entropy(model(x), y)
+                loss.backward()
+                opt.step()
+                if dbg is not None:
+                    dbg.step(loss)
+        if dbg is not None:
+            dbg.__exit__(None, None, None)
+        counts.append(mode.count)
+    return (counts[1] - counts[0]) / steps
+
+
+def _rss_mib() -> float:
+    with open("/proc/self/statm") as fh:
+        pages = int(fh.read().split()[1])
+    import os
+
+    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def memory_growth(name: str = "mlp", steps: int = 3000) -> float:
+    """RSS growth (MiB) per 1,000 steps between step 1,000 and the end, streaming to disk."""
+    torch.manual_seed(0)
+    model, x, y = MODELS[name]()
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    with tempfile.TemporaryDirectory() as tmp:
+        with ndb.NeuralDbg(model, optimizer=opt, out=Path(tmp) / "run") as dbg:
+            rss_at = {}
+            for step in range(steps):
+                opt.zero_grad()
+                loss = nn.functional.cross_entropy(model(x), y)
+                loss.backward()
+                opt.step()
+                dbg.step(loss)
+                if step + 1 in (1000, steps):
+                    rss_at[step + 1] = _rss_mib()
+    return (rss_at[steps] - rss_at[1000]) / ((steps - 1000) / 1000)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=32, help="steps per round")
+    parser.add_argument("--rounds", type=int, default=15,
+                        help="interleaved rounds per setting")
+    parser.add_argument("--every", type=int, nargs="+", default=[1, 4, 16, 64])
+    parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
+    parser.add_argument("--threads", type=int, default=1, help="torch threads")
+    parser.add_argument("--memory-steps", type=int, default=3000,
+                        help="steps for the memory check (0 to skip)")
+    parser.add_argument("--out", type=Path, default=Path("results/overhead.json"))
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    console = Console()
+    rows = []
+    for name in args.models:
+        for every in args.every:
+            rows.append(measure_ratio(name, every, steps=args.steps, rounds=args.rounds))
+            console.log(f"{name} every={every}: {rows[-1]['ratio']:.3f}x")
+    syncs = {name: host_syncs_per_step(name) for name in args.models}
+    mem = memory_growth(steps=args.memory_steps) if args.memory_steps > 1000 else None
+    table = Table(title="NeuralDbg capture overhead (median of interleaved round-pair ratios)")
+    for col in ("model", "every", "ratio", "IQR", "bare ms/step", "hooked ms/step"):
+        table.add_column(col, justify="right")
+    for r in rows:
+        iqr = f"{r['ratio_iqr'][0]:.2f}-{r['ratio_iqr'][1]:.2f}"
+        table.add_row(r["model"], str(r["every"]), f"{r['ratio']:.3f}x", iqr,
+                      f"{r['bare_ms_per_step']:.3f}", f"{r['hooked_ms_per_step']:.3f}")
+    console.print(table)
+    console.print(f"host syncs added per step: {syncs}")
+    if mem is not None:
+        console.print(f"RSS growth while streaming: {mem:.2f} MiB per 1,000 steps")
+    result = {"rows": rows, "host_syncs_per_step": syncs, "rss_mib_per_1000_steps": mem,
+              "steps_per_round": args.steps, "rounds": args.rounds, "threads": args.threads,
+              "torch": torch.__version__}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2))
+    return result
+
+
+if __name__ == "__main__":
+    main()
