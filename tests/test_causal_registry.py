@@ -1,0 +1,85 @@
+"""The extension registry: duplicates rejected, misses list known names, fragments land in
+the structure without touching the core."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from causal_models import registry
+from causal_models.structure import build_structure, training_labels
+from neuraldbg.records import FAILURE_TYPES, HEALTHY, ROOT_CAUSES
+
+
+def test_defaults_cover_the_contract_vocabulary() -> None:
+    assert {m.name for m in registry.list_failure_modes()} == {HEALTHY, *FAILURE_TYPES}
+    assert {c.name for c in registry.list_root_causes()} == set(ROOT_CAUSES)
+
+
+def test_duplicates_are_rejected_and_misses_list_known_names() -> None:
+    with pytest.raises(ValueError, match="already registered.*Known root causes"):
+        registry.register_root_cause("learning_rate_too_high",
+                                     failure_types={"loss_divergence": 1.0})(lambda: 0.1)
+    with pytest.raises(ValueError, match="already registered"):
+        registry.register_failure_mode("dead_neurons", signature={"act": {"dead": 1.0}})
+    with pytest.raises(KeyError, match="Known root causes: \\[.*learning_rate_too_high"):
+        registry.get_root_cause("learning_rate_too_hihg")
+    with pytest.raises(KeyError, match="Known failure modes"):
+        registry.get_failure_mode("nan_loss")
+    with pytest.raises(ValueError, match="Valid parents are"):
+        registry.register_root_cause("x", parents=("no_such_node",),
+                                     failure_types={"dead_neurons": 1.0})
+    with pytest.raises(ValueError, match="unknown failure mode"):
+        registry.register_root_cause("x", failure_types={"nan_loss": 1.0})
+    with pytest.raises(ValueError, match="must start with"):
+        registry.register_failure_mode("x", signature={"weights": {"big": 1.0}})
+
+
+def test_a_registered_cause_and_mode_become_nodes_edges_and_priors() -> None:
+    base = build_structure()
+    registry.register_failure_mode(
+        "oscillating_loss", signature={"loss": {"rising": 1.0, "decreasing": 1.0}})
+
+    @registry.register_root_cause(
+        "noisy_labels", parents=("label_quality",),
+        traits={"label_quality": ("clean", "noisy")},
+        failure_types={"training_plateau": 1.0, "oscillating_loss": 0.5})
+    def _rule(label_quality: str) -> float:
+        return 0.9 if label_quality == "noisy" else 0.01
+
+    try:
+        s = build_structure()
+        assert "fault:noisy_labels" in s.states and s.roles["label_quality"] == "trait"
+        assert ("label_quality", "fault:noisy_labels") in s.edges
+        assert ("fault:noisy_labels", "root_cause") in s.edges
+        assert "noisy_labels" in s.states["root_cause"]
+        assert "oscillating_loss" in s.states["failure_type"]
+        # the rule is the fault node's prior: P(yes | noisy) = 0.9 of the pseudo-counts
+        prior = s.prior["fault:noisy_labels"]
+        np.testing.assert_allclose(prior[:, 1] / prior[:, 1].sum(), [0.1, 0.9])
+        # P(failure_type | root_cause=noisy_labels) prefers the declared failure modes
+        ft = list(s.states["failure_type"])
+        col = list(s.states["root_cause"]).index("noisy_labels")
+        row = s.prior["failure_type"][:, col]
+        assert np.argmax(row) == ft.index("training_plateau")
+        assert row[ft.index("oscillating_loss")] > row[ft.index("dead_neurons")]
+        labels = training_labels({"failure_type": "training_plateau",
+                                  "root_cause": "noisy_labels"})
+        assert labels["label_quality"] == "noisy" and labels["fault:noisy_labels"] == "yes"
+        # the core's size grew by exactly the fragment
+        assert len(s.states) == len(base.states) + 2
+    finally:
+        registry.unregister("noisy_labels")
+        registry.unregister("oscillating_loss")
+    assert "fault:noisy_labels" not in build_structure().states
+    with pytest.raises(KeyError, match="not registered"):
+        registry.unregister("noisy_labels")
+
+
+def test_signature_picks_the_most_specific_key() -> None:
+    mode = registry.get_failure_mode("exploding_gradients")
+    states = ("healthy", "vanishing", "exploding", "nonfinite")
+    early = mode.weights("grad", ("early", "input"), states)
+    late = mode.weights("grad", ("late", "input"), states)
+    assert np.argmax(early) == 0 and np.argmax(late) == 2
+    assert sum(early) == pytest.approx(1.0)
