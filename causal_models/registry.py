@@ -356,12 +356,16 @@ def _levels(state: str, high: tuple[str, ...], p_high: float, p_other: float = 0
     return p_high if state in high else p_other
 
 
-@register_root_cause("learning_rate_too_high", parents=("lr_level",), knob="lr_scale",
+@register_root_cause("learning_rate_too_high", parents=("lr_level", "clipping", "normalization"),
+                     knob="lr_scale",
                      failure_types={"loss_divergence": 1.0, "exploding_gradients": 0.8,
                                     "dead_neurons": 0.2, "training_plateau": 0.1},
                      description="steps too large for the loss surface")
-def _lr_high(lr_level: str) -> float:
-    return {"high": 0.9, "very_high": 0.97}.get(lr_level, 0.01)
+def _lr_high(lr_level: str, clipping: str, normalization: str) -> float:
+    p = {"high": 0.9, "very_high": 0.97}.get(lr_level, 0.01)
+    if clipping == "clipped":
+        p *= 0.4
+    return p if normalization == "none" else p * 0.7
 
 
 @register_root_cause("learning_rate_too_low", parents=("lr_level",), knob="lr_scale",

@@ -283,13 +283,33 @@ def level_index(offset_levels: float, n_states: int, centred: bool) -> int:
     return int(min(max(round(offset_levels) + centre, 0), n_states - 1))
 
 
+def _severity_factor(ground_truth: dict[str, Any]) -> float:
+    """How far this run's severity is from its family's baseline, relative to the default.
+
+    1 at the default severity, 0 at the baseline (fault absent), geometric in between and
+    beyond; 1 when the family's default/baseline severities are not in the ground truth.
+    """
+    sev = ground_truth.get("severity")
+    default = ground_truth.get("default_severity")
+    base = ground_truth.get("baseline_severity")
+    nums = [v for v in (sev, default, base) if isinstance(v, (int, float))]
+    if len(nums) < 3 or min(nums) <= 0 or default == base:
+        return 0.0 if (sev is not None and sev == base) else 1.0
+    return math.log(sev / base) / math.log(default / base)
+
+
 def training_labels(ground_truth: dict[str, Any]) -> dict[str, str]:
     """States of the latent nodes of a fitting run, from its ground truth.
 
-    Used only by ``fit``: latent knob levels, traits, fault nodes, root cause and failure
-    type. A run's knob level is its offset from "ok" in ``LEVEL_WIDTH`` decades: the
-    canonical fix of its cause says how far (``lr_scale=0.01`` fixes a learning rate two
-    decades too high), and the run's own knob multipliers move it further.
+    Used only by ``fit``. The knob levels describe the *scenario* (its injected cause, its
+    severity and the knobs of this run), the fault nodes, root cause and failure type the
+    *outcome*: a learning rate two decades too high with clipping switched on is still
+    ``lr_level=very_high``, but a healthy run, so the model learns that clipping stops that
+    fault. A level is the offset from "ok" in ``LEVEL_WIDTH`` decades: the canonical fix of
+    the scenario's cause says how far at the default severity (``lr_scale=0.01`` fixes a
+    learning rate two decades too high), scaled geometrically by the severity when the
+    ground truth carries the family's ``default_severity`` and ``baseline_severity``, and
+    moved by the run's own knob multipliers.
 
     Parameters
     ----------
@@ -308,22 +328,29 @@ def training_labels(ground_truth: dict[str, Any]) -> dict[str, str]:
         cause = NO_CAUSE
     elif cause not in names:
         cause = "unknown"
+    scenario_cause = ground_truth.get("scenario_root_cause") or (
+        cause if cause != NO_CAUSE else NO_CAUSE)
     labels: dict[str, str] = {"failure_type": failure, "root_cause": cause}
     knobs = ground_truth.get("knobs") or {}
+    factor = _severity_factor(ground_truth)
     for node, knob in LEVEL_NODES.items():
         width = LEVEL_WIDTH[node]
         offset = 0.0
-        if cause in _CAUSE_LEVEL and _CAUSE_LEVEL[cause][0] == node:
-            direction = _CAUSE_LEVEL[cause][1]
+        if scenario_cause in _CAUSE_LEVEL and _CAUSE_LEVEL[scenario_cause][0] == node:
+            direction = _CAUSE_LEVEL[scenario_cause][1]
             fix = _fix_value(ground_truth, knob)
             offset = -math.log10(fix) / width if fix else float(direction)
+            offset = direction * max(1.0, direction * offset) * factor
+        scale = knobs.get(knob)
+        if isinstance(scale, (int, float)) and scale > 0:
+            offset += math.log10(scale) / width
+        if cause in _CAUSE_LEVEL and _CAUSE_LEVEL[cause][0] == node:
+            direction = _CAUSE_LEVEL[cause][1]  # a failing run's level is at least one step off
             offset = direction * max(1.0, direction * offset)
-            scale = knobs.get(knob)
-            if isinstance(scale, (int, float)) and scale > 0:
-                offset += math.log10(scale) / width
         sts = KNOB_NODES[node]
         labels[node] = sts[level_index(offset, len(sts), centred=sts[0] != "ok")]
     for c in causes:
-        labels.update(c.trait_labels({**ground_truth, "root_cause": cause}))
+        labels.update(c.trait_labels({**ground_truth, "root_cause": scenario_cause
+                                      if factor > 0 else NO_CAUSE}))
         labels[c.fault_node] = "yes" if cause == c.name else "no"
     return labels
