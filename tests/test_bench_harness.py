@@ -1,0 +1,173 @@
+"""The benchmark end to end on a tiny suite of real zoo runs, against values computed by hand.
+
+Two test-only methods make the expected metrics computable by hand from the suite's ground
+truth alone: ``_oracle`` answers the truth at confidence 0.8 (it reads the ground truth,
+which only a test may do), ``_constant`` always blames a too-high learning rate at 0.6. The
+real methods' metrics are recomputed here from their stored hypotheses with independent code.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from benchmarks import harness, report
+from benchmarks.executor import LocalExecutor
+from benchmarks.runs import is_finished, load, run_outcome
+from benchmarks.suites import SUITES, Suite
+from neuraldbg.methods import register_method
+from neuraldbg.records import HEALTHY, Hypothesis
+
+
+@register_method("_oracle")
+class _Oracle:
+    def explain(self, trace):  # noqa: ANN001, ANN201
+        gt = trace.ground_truth
+        if gt["failure_type"] == HEALTHY:
+            return []
+        return [Hypothesis(gt["failure_type"], gt["root_cause"], gt["origin_layers"][0],
+                           int(gt["onset_step"] or 0), 0.8, {})]
+
+
+@register_method("_constant")
+class _Constant:
+    def explain(self, trace):  # noqa: ANN001, ANN201
+        return [Hypothesis("loss_divergence", "learning_rate_too_high", trace.module_names[0],
+                           0, 0.6, {})]
+
+
+def test_local_executor_keeps_task_order() -> None:
+    tasks = [(json.dumps, {"obj": i}) for i in range(5)]
+    assert LocalExecutor(2, progress=False).map(tasks) == [str(i) for i in range(5)]
+    pids = LocalExecutor(2, progress=False).map([(os.getpid, {})] * 2)
+    assert os.getpid() not in pids  # really in worker processes
+    assert LocalExecutor(1, progress=False).map([(os.getpid, {})]) == [os.getpid()]
+
+
+def test_ray_executor_local_instance() -> None:
+    pytest.importorskip("ray")
+    from benchmarks.executor import RayExecutor
+
+    with RayExecutor(2, progress=False) as ex:
+        assert ex.map([(json.dumps, {"obj": i}) for i in range(4)]) == ["0", "1", "2", "3"]
+        assert os.getpid() not in ex.map([(os.getpid, {})])
+
+
+def test_suites_keep_fit_and_score_seeds_apart() -> None:
+    for s in SUITES.values():
+        assert not set(s.fit_seeds) & set(s.score_seeds)
+    with pytest.raises(ValueError, match="fit and score seeds"):
+        Suite("bad", score_seeds=(0, 1), fit_seeds=(1,))
+
+
+@pytest.fixture(scope="module")
+def bench(tmp_path_factory: pytest.TempPathFactory) -> harness.BenchmarkResult:
+    import experiments
+
+    if not hasattr(experiments, "run_scenario"):
+        pytest.skip("the failure zoo (experiments.run_scenario) is not in this tree yet")
+
+    out = tmp_path_factory.mktemp("bench")
+    suite = SUITES["tiny"].with_(name="tiny-test", latency=True, n_resamples=100)
+    methods = ["_oracle", "_constant", "heuristic", "autotrainer"]
+    return harness.run_benchmark(suite, out / "tiny", executor=LocalExecutor(1, progress=False),
+                                 run_dir=out / "runs", methods=methods)
+
+
+def _truths(rec: pd.DataFrame) -> pd.DataFrame:
+    return rec.drop_duplicates("run").set_index("run")
+
+
+def test_oracle_and_constant_by_hand(bench: harness.BenchmarkResult) -> None:
+    rec = bench.records
+    assert (rec["error"] == "").all(), rec.loc[rec["error"] != "", "error"].tolist()
+    t = _truths(rec)
+    n = len(t)
+    failing = t[t["true_failure"] != HEALTHY]
+    n_fail = len(failing)
+    assert n == 4 and n_fail == 3  # 3 failure families + 1 healthy, seed 0
+    m = harness.compute_metrics(bench)["methods"]
+    o = m["_oracle"]
+    assert o["failure_accuracy"]["value"] == 1.0
+    assert o["cause_ac@1"]["value"] == 1.0 and o["cause_mrr"]["value"] == 1.0
+    assert o["layer_accuracy"]["value"] == 1.0 and o["healthy_fpr"]["value"] == 0.0
+    assert o["detection_median_latency"]["value"] == 0.0
+    # confidence 0.8 on the failing runs (right), 1.0 on the healthy run (right)
+    assert o["ece"]["value"] == pytest.approx(0.2 * n_fail / n)
+    assert o["brier"]["value"] == pytest.approx(0.04 * n_fail / n)
+    assert o["nll"]["value"] == pytest.approx(-math.log(0.8) * n_fail / n, rel=1e-5)
+    c = m["_constant"]
+    p = float(np.mean(t["true_failure"] == "loss_divergence"))
+    assert c["failure_accuracy"]["value"] == pytest.approx(p)
+    assert c["ece"]["value"] == pytest.approx(abs(p - 0.6))
+    assert c["healthy_fpr"]["value"] == 1.0
+    lr = float(np.mean(failing["true_cause"] == "learning_rate_too_high"))
+    assert c["cause_ac@1"]["value"] == pytest.approx(lr)
+    assert c["cause_mrr"]["value"] == pytest.approx(lr)  # one cause named: rank 1 or absent
+
+
+def test_real_methods_recomputed_by_hand(bench: harness.BenchmarkResult) -> None:
+    rec = bench.records
+    m = harness.compute_metrics(bench)["methods"]
+    for label in ("heuristic", "autotrainer"):
+        g = rec[rec["label"] == label]
+        right, ranks, fps = [], [], []
+        for _, r in g.iterrows():
+            hyps = json.loads(r["hypotheses"])
+            flagged = [h for h in hyps if h["confidence"] >= 0.5]
+            top = max(flagged, key=lambda h: h["confidence"]) if flagged else None
+            said = top["failure_type"] if top else HEALTHY
+            right.append(said == r["true_failure"])
+            if r["true_failure"] == HEALTHY:
+                fps.append(bool(flagged))
+            else:
+                causes = list(dict.fromkeys(h["root_cause"] for h in hyps))
+                ranks.append(causes.index(r["true_cause"]) + 1 if r["true_cause"] in causes
+                             else None)
+        assert m[label]["failure_accuracy"]["value"] == pytest.approx(np.mean(right))
+        assert m[label]["cause_ac@1"]["value"] == pytest.approx(np.mean([x == 1 for x in ranks]))
+        assert m[label]["cause_mrr"]["value"] == pytest.approx(
+            np.mean([1 / x if x else 0.0 for x in ranks]))
+        assert m[label]["healthy_fpr"]["value"] == pytest.approx(np.mean(fps))
+
+
+def test_counterfactual_and_repair_reruns_are_real(bench: harness.BenchmarkResult) -> None:
+    reps = bench.repairs
+    o = reps[reps["label"] == "_oracle"]
+    assert len(o) == 3  # one per failing scored run
+    for _, r in o.iterrows():
+        fix = json.loads(r["fix"])
+        truth = _truths(bench.records).loc[r["run"], "true_cause"]
+        assert fix == harness.FIX_BY_CAUSE[truth]
+        trace = load(r["rerun"])
+        assert all(trace.ground_truth["knobs"][k] == v for k, v in fix.items())  # fix applied
+        assert r["repaired"] == (not run_outcome(trace)["failed"])
+
+
+def test_finished_runs_are_reused(bench: harness.BenchmarkResult) -> None:
+    paths = [Path(p) for p in bench.runs["path"]]
+    assert all(is_finished(p) for p in paths)
+    stamp = {p: (p / "DONE").stat().st_mtime_ns for p in paths}
+    again = harness.run_benchmark(bench.suite, bench.out.parent / "again",
+                                  executor=LocalExecutor(1, progress=False),
+                                  run_dir=Path(bench.runs["path"].iloc[0]).parents[2],
+                                  methods=["_constant"])
+    assert {p: (p / "DONE").stat().st_mtime_ns for p in paths} == stamp
+    assert len(again.records) == len(_truths(bench.records))
+
+
+def test_report_files(bench: harness.BenchmarkResult) -> None:
+    metrics = harness.compute_metrics(bench)
+    report.write_metrics(metrics, bench.out)
+    path = report.write_report(metrics, bench.out)
+    text = path.read_text()
+    assert "| _oracle | 1.00" in text
+    assert (bench.out / "figures" / "reliability.png").stat().st_size > 1000
+    assert (bench.out / "figures" / "ac_at_k.png").is_file()
+    assert json.loads((bench.out / "metrics.json").read_text())["methods"]["_oracle"]
