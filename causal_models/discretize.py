@@ -63,6 +63,7 @@ __all__ = [
     "slice_node",
     "observe_knobs",
     "locate_origin",
+    "rule_verdict",
 ]
 
 GRAD_STATES: tuple[str, ...] = ("healthy", "vanishing", "exploding", "nonfinite")
@@ -639,3 +640,37 @@ def locate_origin(trace: Trace, disc: Discretized, failure_type: str
             step = int(same["step"].min()) if len(same) else int(sub["step"].iloc[pick])
     path = [f"block {b} ({disc.blocks[b][0]}..{disc.blocks[b][-1]})" for b in order]
     return layer, step, path
+
+
+#: States of the rule-evidence nodes that are not failure types or root causes.
+RULE_HEALTHY = "healthy"
+RULE_NO_CAUSE = "none"
+
+
+def rule_verdict(trace: Trace, threshold: float = 0.5) -> dict[str, str]:
+    """The heuristic reasoner's verdict on a trace, as evidence for the network.
+
+    The rules are a noisy sensor of the failure and its cause: ``rule_failure`` is the top
+    hypothesis's failure type when its confidence reaches ``threshold`` (else
+    ``"healthy"``), ``rule_cause`` its root cause (else ``"none"``). The network learns how
+    far to trust them (P(rule verdict | truth)) from the zoo, starting from a prior that
+    trusts them.
+
+    Parameters
+    ----------
+    trace : Trace
+    threshold : float, default=0.5
+        The contract's healthy threshold.
+
+    Returns
+    -------
+    dict
+        ``{"rule_failure": ..., "rule_cause": ...}``.
+    """
+    from neuraldbg.methods import get_method
+
+    hyps = get_method("heuristic").explain(trace)
+    if not hyps or max(float(h.confidence) for h in hyps) < threshold:
+        return {"rule_failure": RULE_HEALTHY, "rule_cause": RULE_NO_CAUSE}
+    top = max(hyps, key=lambda h: float(h.confidence))
+    return {"rule_failure": top.failure_type, "rule_cause": top.root_cause}

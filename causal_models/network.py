@@ -27,7 +27,15 @@ import numpy as np
 import pandas as pd
 
 from causal_models.calibration import Calibrator, fit_calibrator
-from causal_models.discretize import Bins, Discretized, discretize, locate_origin
+from causal_models.discretize import (
+    RULE_NO_CAUSE,
+    Bins,
+    Discretized,
+    discretize,
+    locate_origin,
+    rule_verdict,
+)
+from causal_models.registry import list_root_causes
 from causal_models.structure import NO_CAUSE, Structure, build_structure, training_labels
 from neuraldbg.errors import NotFittedError
 from neuraldbg.records import HEALTHY, Hypothesis
@@ -74,6 +82,11 @@ class ProbabilisticReasoner:
         Folds (grouped by family) of that cross-validation.
     min_confidence : float, default=0.02
         ``explain`` lists failure types with at least this posterior.
+    rule_evidence : bool, default=True
+        Observe the heuristic reasoner's verdict as evidence (``rule_failure``,
+        ``rule_cause``), so the fitted tables learn how far to trust the rules.
+    rule_trust : float, default=0.7
+        Prior probability that the rules name the truth (before fitting).
     bins : Bins, optional
         Discretization thresholds.
 
@@ -106,6 +119,7 @@ class ProbabilisticReasoner:
                  balance: Literal["family", "none"] = "family",
                  calibration: Literal["temperature", "isotonic", "none"] = "temperature",
                  calibration_cv: int = 4, min_confidence: float = 0.02,
+                 rule_evidence: bool = True, rule_trust: float = 0.7,
                  bins: Bins | None = None) -> None:
         self.n_slices = n_slices
         self.n_blocks = n_blocks
@@ -116,6 +130,8 @@ class ProbabilisticReasoner:
         self.calibration = calibration
         self.calibration_cv = calibration_cv
         self.min_confidence = min_confidence
+        self.rule_evidence = rule_evidence
+        self.rule_trust = rule_trust
         self.bins = bins
 
     # ----------------------------------------------------------------- params
@@ -123,7 +139,8 @@ class ProbabilisticReasoner:
         """Hyperparameters, scikit-learn style."""
         return {k: getattr(self, k) for k in (
             "n_slices", "n_blocks", "prior_strength", "persistence", "coupling", "balance",
-            "calibration", "calibration_cv", "min_confidence", "bins")}
+            "calibration", "calibration_cv", "min_confidence", "rule_evidence", "rule_trust",
+            "bins")}
 
     def set_params(self, **params: Any) -> ProbabilisticReasoner:
         """Set hyperparameters; unknown names raise ValueError listing the valid ones."""
@@ -150,7 +167,20 @@ class ProbabilisticReasoner:
 
     # -------------------------------------------------------------------- fit
     def _discretize(self, trace: Trace) -> Discretized:
-        return discretize(trace, n_slices=self.n_slices, n_blocks=self.n_blocks, bins=self.bins)
+        disc = discretize(trace, n_slices=self.n_slices, n_blocks=self.n_blocks, bins=self.bins)
+        if self.rule_evidence:
+            verdict = rule_verdict(trace)
+            causes = set(self._cause_states())
+            if verdict["rule_cause"] not in causes:
+                verdict["rule_cause"] = "unknown" if verdict["rule_cause"] != RULE_NO_CAUSE \
+                    else RULE_NO_CAUSE
+            disc.states.update(verdict)
+        return disc
+
+    def _cause_states(self) -> tuple[str, ...]:
+        if hasattr(self, "structure_"):
+            return self.structure_.states["root_cause"]
+        return (NO_CAUSE, *(c.name for c in list_root_causes()))
 
     def fit(self, traces: Iterable[Trace], y: None = None) -> ProbabilisticReasoner:
         """Fit the conditional tables on failure-zoo traces.
@@ -187,7 +217,9 @@ class ProbabilisticReasoner:
             families.append(str(gt.get("family", f"run{i}")))
         self.structure_ = build_structure(n_slices=self.n_slices, n_blocks=self.n_blocks,
                                           prior_strength=self.prior_strength,
-                                          persistence=self.persistence, coupling=self.coupling)
+                                          persistence=self.persistence, coupling=self.coupling,
+                                          rule_evidence=self.rule_evidence,
+                                          rule_trust=self.rule_trust)
         data = pd.DataFrame(rows)
         weights = self._weights(families)
         self.network_ = self._estimate(data, weights)

@@ -113,7 +113,7 @@ class Structure:
         Node -> parents, sorted by name (pgmpy's column order for conditional tables).
     roles : dict of str to str
         Node -> role: ``knob``, ``latent_knob``, ``context``, ``trait``, ``knob_evidence``,
-        ``fault``, ``root_cause``, ``failure_type`` or ``slice``.
+        ``fault``, ``root_cause``, ``failure_type``, ``rule_evidence`` or ``slice``.
     prior : dict of str to numpy.ndarray
         Node -> pseudo-counts, shape ``(n_states, prod(parent cards))``, parent configurations
         in ``itertools.product`` order of the sorted parents.
@@ -135,7 +135,7 @@ class Structure:
     def observed_nodes(self) -> list[str]:
         """Nodes whose states come from a trace (evidence at inference time)."""
         return [n for n, r in self.roles.items()
-                if r in ("knob", "context", "knob_evidence", "slice")]
+                if r in ("knob", "context", "knob_evidence", "slice", "rule_evidence")]
 
 
 def _normalised(weights: dict[str, float], states: tuple[str, ...], floor: float) -> np.ndarray:
@@ -154,7 +154,8 @@ def _table(node: str, states: tuple[str, ...], parents: tuple[str, ...],
 
 
 def build_structure(*, n_slices: int = 4, n_blocks: int = 3, prior_strength: float = 5.0,
-                    persistence: float = 4.0, coupling: float = 2.0) -> Structure:
+                    persistence: float = 4.0, coupling: float = 2.0,
+                    rule_evidence: bool = True, rule_trust: float = 0.7) -> Structure:
     """Build the network's structure and priors from the registry.
 
     Parameters
@@ -167,6 +168,11 @@ def build_structure(*, n_slices: int = 4, n_blocks: int = 3, prior_strength: flo
         Prior odds multiplier for a slice node keeping its previous slice's state.
     coupling : float, default=2.0
         Prior odds multiplier for a slice node taking its upstream neighbour block's state.
+    rule_evidence : bool, default=True
+        Add ``rule_failure`` (child of ``failure_type``) and ``rule_cause`` (child of
+        ``root_cause``): the heuristic reasoner's verdict as a noisy sensor of the truth.
+    rule_trust : float, default=0.7
+        Prior probability that the rules name the true failure type / cause.
 
     Returns
     -------
@@ -223,6 +229,14 @@ def build_structure(*, n_slices: int = 4, n_blocks: int = 3, prior_strength: flo
     produce = {c.name: dict(c.failure_types) for c in causes}
     produce[NO_CAUSE] = {HEALTHY: 1.0}
     rows["failure_type"] = lambda root_cause: _normalised(produce[root_cause], ft_states, 0.02)
+
+    # The rules' verdict: a sensor of the failure type and of the cause.
+    if rule_evidence:
+        for node, parent, sts in (("rule_failure", "failure_type", ft_states),
+                                  ("rule_cause", "root_cause", rc_states)):
+            states[node], parents[node], roles[node] = sts, (parent,), "rule_evidence"
+            rows[node] = (lambda _s=sts, _p=parent, **kw: np.array(
+                [rule_trust if x == kw[_p] else (1 - rule_trust) / (len(_s) - 1) for x in _s]))
 
     # Slice nodes.
     by_mode = {m.name: m for m in modes}

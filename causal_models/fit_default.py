@@ -1,0 +1,197 @@
+"""Re-fit the shipped default model from failure-zoo runs.
+
+``python -m causal_models.fit_default`` trains the zoo's families (every severity of each
+sweep, the fit seeds, and the knob changes each family declares: its fixes and
+counterfactuals), fits :class:`ProbabilisticReasoner` on them and writes
+``causal_models/data/default_model.json`` (JSON only). Finished runs are cached in
+``--runs-dir`` and reused.
+
+The fit seeds (100, 101 by default) are disjoint from the seeds the benchmarks score on
+(0, 1, 2), so the shipped model is never scored on a run it was fitted on.
+
+Options::
+
+    --seeds 100 101          fit seeds
+    --severities all         "all" severities of each sweep or only the "default"
+    --no-counterfactuals     leave out the fixes/counterfactual knob runs
+    --workers 2              parallel training processes
+    --runs-dir DIR           trace cache (default: results/zoo_cache)
+    --out PATH               where to write the model
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+__all__ = ["zoo_run_specs", "run_zoo", "with_family_labels", "load_zoo_traces", "main"]
+
+_ROOT = Path(__file__).resolve().parent.parent
+
+
+def zoo_run_specs(families: list[Any], seeds: list[int], *, severities: str = "all",
+                  counterfactuals: bool = True) -> list[dict[str, Any]]:
+    """Run specs ``{family, severity, seed, knobs}`` for fitting.
+
+    Parameters
+    ----------
+    families : list of experiments.registry.FamilySpec
+    seeds : list of int
+    severities : {"all", "default"}
+    counterfactuals : bool
+        Also the family's declared knob changes (fixes and counterfactuals) at its default
+        severity.
+    """
+    specs = []
+    for fam in families:
+        sevs = list(fam.severities) if severities == "all" and fam.severities else [
+            fam.default_severity]
+        for seed in seeds:
+            for sev in sevs:
+                specs.append({"family": fam.name, "severity": float(sev), "seed": int(seed),
+                              "knobs": {}})
+            if counterfactuals:
+                for item in fam.expected_outcomes():
+                    specs.append({"family": fam.name, "severity": float(fam.default_severity),
+                                  "seed": int(seed), "knobs": dict(item["knobs"])})
+    return specs
+
+
+def _key(spec: dict[str, Any]) -> str:
+    name = f"{spec['severity']:g}_s{spec['seed']}"
+    if spec["knobs"]:
+        name += "_" + hashlib.sha1(json.dumps(spec["knobs"], sort_keys=True).encode()
+                                   ).hexdigest()[:10]
+    return f"{spec['family']}/{name}"
+
+
+def _zoo_version() -> str:
+    h = hashlib.sha1()
+    for src in ("experiments", "neuraldbg/capture.py", "neuraldbg/trace.py"):
+        p = _ROOT / src
+        for f in sorted(p.rglob("*.py")) if p.is_dir() else [p]:
+            if f.is_file():
+                h.update(f.read_bytes())
+    return h.hexdigest()[:12]
+
+
+def _run_one(spec: dict[str, Any], path: str) -> str:
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    import torch
+
+    from experiments import run_scenario
+
+    torch.set_num_threads(1)
+    out = Path(path)
+    if (out / "DONE").is_file():
+        return path
+    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    trace = run_scenario(spec["family"], severity=spec["severity"], seed=spec["seed"],
+                         **spec["knobs"])
+    trace.save(tmp)
+    (tmp / "DONE").write_text(json.dumps(spec, sort_keys=True))
+    if out.exists():
+        shutil.rmtree(out)
+    tmp.rename(out)
+    return path
+
+
+def run_zoo(specs: list[dict[str, Any]], runs_dir: str | os.PathLike[str], *,
+            workers: int = 2) -> list[Path]:
+    """Train (or reuse) every run of ``specs``; return their trace directories in order.
+
+    Traces are cached under ``runs_dir/<zoo source hash>/<family>/<severity>_s<seed>[_knobs]``.
+    """
+    root = Path(runs_dir) / _zoo_version()
+    paths = [root / _key(s) for s in specs]
+    todo = [(s, str(p)) for s, p in zip(specs, paths) if not (p / "DONE").is_file()]
+    for _, p in todo:
+        Path(p).parent.mkdir(parents=True, exist_ok=True)
+    if todo:
+        if workers <= 1:
+            for s, p in todo:
+                _run_one(s, p)
+        else:
+            with ProcessPoolExecutor(max_workers=workers) as pool:
+                list(pool.map(_run_one, [s for s, _ in todo], [p for _, p in todo]))
+    return paths
+
+
+def with_family_labels(trace: Any) -> Any:
+    """The trace with its family's default and baseline severities added to its ground truth.
+
+    ``training_labels`` uses them to place a non-default severity's knob level. Only the
+    fitting code calls this; prediction never reads ground truth.
+    """
+    from experiments import get_family
+
+    gt = dict(trace.ground_truth or {})
+    if "family" in gt:
+        spec = get_family(gt["family"])
+        gt.setdefault("default_severity", spec.default_severity)
+        gt.setdefault("baseline_severity", spec.baseline_severity)
+    trace.meta = {**trace.meta, "ground_truth": gt}
+    return trace
+
+
+def load_zoo_traces(paths: list[Path]) -> list[Any]:
+    """Load traces, add family labels, drop runs whose outcome the zoo does not declare."""
+    from neuraldbg.trace import load_trace
+
+    out = []
+    for p in paths:
+        trace = with_family_labels(load_trace(p))
+        if (trace.ground_truth or {}).get("failure_type") is not None:
+            out.append(trace)
+    return out
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    """Re-fit the default model and write it as JSON."""
+    import causal_models
+    from causal_models.network import ProbabilisticReasoner
+    from experiments import list_families
+
+    parser = argparse.ArgumentParser(description="Re-fit causal_models' default model.")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[100, 101])
+    parser.add_argument("--severities", choices=("all", "default"), default="all")
+    parser.add_argument("--no-counterfactuals", action="store_true")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--runs-dir", default=str(_ROOT / "results" / "zoo_cache"))
+    parser.add_argument("--out", default=str(causal_models.DEFAULT_MODEL_PATH))
+    args = parser.parse_args(argv)
+
+    families = list_families()
+    specs = zoo_run_specs(families, args.seeds, severities=args.severities,
+                          counterfactuals=not args.no_counterfactuals)
+    t0 = time.perf_counter()
+    paths = run_zoo(specs, args.runs_dir, workers=args.workers)
+    t_runs = time.perf_counter() - t0
+    traces = load_zoo_traces(paths)
+    t0 = time.perf_counter()
+    model = ProbabilisticReasoner().fit(traces)
+    t_fit = time.perf_counter() - t0
+    out = model.save(args.out)
+    t0 = time.perf_counter()
+    ProbabilisticReasoner.load(out)
+    t_load = time.perf_counter() - t0
+    summary = {"model": str(out), "bytes": out.stat().st_size, "n_runs": len(paths),
+               "n_fit_traces": len(traces), "families": len(model.fit_families_),
+               "seeds": args.seeds, "severities": args.severities,
+               "temperature": model.calibrator_.temperature, "runs_s": round(t_runs, 1),
+               "fit_s": round(t_fit, 2), "load_s": round(t_load, 3)}
+    print(json.dumps(summary, indent=2))
+    return summary
+
+
+if __name__ == "__main__":
+    main()
