@@ -76,9 +76,10 @@ class ThresholdConfig:
     ----------
     abs_vanish : float, default=1e-6
         A module's output-gradient norm below this is vanishing (the published absolute rule).
-    abs_vanish_guard : float, default=0.1
-        ... but only when it is also this far below the network's largest gradient at that
-        step: a converged run has every gradient tiny at once, which is not vanishing.
+    abs_vanish_guard : float, default=1e-2
+        ... but only when it is also 100x below the network's largest gradient at that
+        step: a converged run has every gradient tiny at once, which is not vanishing, and
+        hidden layers of a healthy net commonly sit 10x under the top.
     rel_vanish : float, default=1e-3
         Gradient norm / largest gradient norm of the network at the same step below this is
         vanishing. AutoTrainer's first/last-layer ratio rule uses 1e-3.
@@ -163,7 +164,7 @@ class ThresholdConfig:
     """
 
     abs_vanish: float = 1e-6
-    abs_vanish_guard: float = 0.1
+    abs_vanish_guard: float = 1e-2
     rel_vanish: float = 1e-3
     rel_vanish_exit: float = 3e-3
     explode_growth: float = 100.0
