@@ -1,0 +1,117 @@
+"""Hypothesis Generator: confidence function, vocabulary rules, root causes from evidence."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from reasoner_traces import make_trace
+
+from neuraldbg.causes import logistic_support
+from neuraldbg.hypotheses import ratio_strength, share_strength
+from neuraldbg.methods import diagnose, explain
+
+
+def _dead_trace(share, n=60, stall=True):
+    dead = np.zeros((n, 3))
+    dead[:, 1] = share
+    loss = np.ones(n) if stall else None
+    return make_trace(["Linear", "ReLU", "Linear"], n, dead=dead, loss=loss)
+
+
+def test_strength_functions_are_half_at_the_threshold_and_monotone():
+    assert ratio_strength(100.0, 100.0) == pytest.approx(0.5)
+    assert ratio_strength(1000.0, 100.0) == pytest.approx(0.75)
+    assert ratio_strength(50.0, 100.0) == 0.0 and ratio_strength(np.inf, 1.0) == 1.0
+    assert share_strength(0.6, 0.6) == pytest.approx(0.5) and share_strength(1.0, 0.6) == 1.0
+    assert logistic_support(1.0, 1.0) == pytest.approx(0.5)
+    assert logistic_support(10 ** 0.5, 1.0) == pytest.approx(0.75)
+    assert logistic_support(10 ** -0.5, 1.0) == pytest.approx(0.25)
+    assert logistic_support(float("nan"), 1.0) == 0.0
+
+
+def test_confidence_grows_with_the_strength_of_the_evidence():
+    confs = []
+    for share in (0.65, 0.8, 1.0):
+        hyps = explain(_dead_trace(share))
+        confs.append(max(h.confidence for h in hyps if h.failure_type == "dead_neurons"))
+        if share >= 0.8:  # clear evidence: the dead layer, not a bare plateau, explains the stall
+            assert hyps[0].failure_type == "dead_neurons"
+    assert confs[0] < confs[1] < confs[2] <= 1.0
+    assert len(set(confs)) == 3  # not a constant
+
+
+def test_dead_units_without_a_stall_are_not_a_confident_failure():
+    # 65% dead but the loss keeps falling: reported, but below the 0.5 line.
+    hyps = explain(_dead_trace(0.65, stall=False))
+    assert hyps and all(h.confidence < 0.5 for h in hyps)
+
+
+def test_causes_of_one_symptom_rank_by_support_and_unknown_cannot_outrank_evidence():
+    n = 60
+    dead = np.zeros((n, 3))
+    dead[:, 1] = 1.0
+    mean = np.zeros((n, 3))
+    mean[:, 0] = -8.0          # the Linear feeding the dead ReLU sits 16 std below zero
+    hyps = explain(make_trace(["Linear", "ReLU", "Linear"], n, dead=dead, mean=mean,
+                              loss=np.ones(n)))
+    dead_h = [h for h in hyps if h.failure_type == "dead_neurons"]
+    assert dead_h[0].root_cause == "negative_bias_init"
+    support = dead_h[0].metadata["cause_support"]
+    assert support["negative_bias_init"] > 0.9
+    ranked = [h.root_cause for h in dead_h]
+    assert ranked.index("negative_bias_init") < (ranked.index("unknown") if "unknown" in ranked
+                                                 else len(ranked))
+    assert all(0.0 <= h.confidence <= 1.0 for h in hyps)
+
+
+def _divergence_trace(grad_lead: bool, lr_jump: bool, n=40, nan_at=30):
+    grad_norm = np.full(n, 0.1)
+    if grad_lead:
+        grad_norm[nan_at - 8:nan_at] = 0.1 * 10.0 ** np.arange(1, 9)  # 8 steps of growth
+    grad_norm[nan_at:] = np.nan
+    loss = np.ones(n)
+    loss[nan_at - 1] = 1e3 if not grad_lead else 1.0
+    loss[nan_at:] = np.nan
+    lr = np.full(n, 0.01)
+    if lr_jump:
+        lr[nan_at - 2:] = 1.0
+    nan = np.zeros((n, 2))
+    nan[nan_at:] = 5
+    grad = np.tile([0.05, 0.1], (n, 1)) * (grad_norm / 0.1)[:, None]
+    return make_trace(["Linear", "Linear"], n, grad=grad, grad_norm=grad_norm, loss=loss,
+                      lr=lr, nan=nan)
+
+
+def test_vocabulary_exploding_when_gradients_lead_the_nonfinite_loss():
+    top = explain(_divergence_trace(grad_lead=True, lr_jump=False))[0]
+    assert top.failure_type == "exploding_gradients"
+    assert top.metadata["evidence"]["gradient_lead_steps"] > 0
+
+
+def test_vocabulary_divergence_without_a_gradient_lead_or_after_an_lr_jump():
+    top = explain(_divergence_trace(grad_lead=False, lr_jump=False))[0]
+    assert top.failure_type == "loss_divergence"
+    top = explain(_divergence_trace(grad_lead=True, lr_jump=True))[0]
+    assert (top.failure_type, top.root_cause) == ("loss_divergence", "learning_rate_too_high")
+
+
+def test_missing_clipping_ranks_for_a_recurrent_net_only_when_no_clip_is_configured():
+    base = _divergence_trace(grad_lead=True, lr_jump=False)
+    base.modules.loc[0, "module_type"] = "GRU"
+    causes = [h.root_cause for h in explain(base) if h.failure_type == "exploding_gradients"]
+    assert causes[0] == "missing_gradient_clipping"
+    base.meta["config"] = {"grad_clip": 1.0}
+    assert "missing_gradient_clipping" not in [h.root_cause for h in explain(base)]
+
+
+def test_init_scale_too_large_from_layer_gains_at_the_first_step():
+    n = 30
+    types = ["Linear", "Tanh", "Linear", "Tanh", "Linear", "Tanh", "Linear"]
+    std = np.tile([4.0, 1.0, 5.0, 1.0, 5.0, 1.0, 5.0], (n, 1))  # each Linear gains ~5x
+    sat = np.zeros((n, 7))
+    sat[:, [1, 3, 5]] = 0.9
+    diag = diagnose(make_trace(types, n, std=std, sat=sat, loss=np.ones(n)))
+    assert diag.facts.init_gain == pytest.approx(5.0)
+    top = diag.hypotheses[0]
+    assert (top.failure_type, top.origin_layer) == ("saturated_activations", "1")
+    assert top.root_cause == "init_scale_too_large"
