@@ -26,7 +26,8 @@ States (all thresholds in :class:`Bins`, documented there):
 - Run-level evidence on the knobs: ``update`` (early ||dW||/||W||, tells a learning-rate
   level), ``fwd_gain`` (activation scale last block / first block at the first recorded step,
   tells an init scale), ``input_mag`` (scale of the first layer's output), ``lr_config``
-  (configured learning rate against the optimizer's usual range).
+  (configured learning rate against the optimizer's usual range), ``init_config`` (the
+  configured init gain), ``input_config`` (whether the config says inputs are standardized).
 - Observed knob and context nodes: ``activation``, ``normalization``, ``clipping``,
   ``depth``, ``arch``; read from the module table first and the run config second.
 
@@ -52,6 +53,8 @@ __all__ = [
     "GAIN_STATES",
     "INPUT_STATES",
     "LR_CONFIG_STATES",
+    "INIT_CONFIG_STATES",
+    "INPUT_CONFIG_STATES",
     "ACTIVATION_STATES",
     "NORMALIZATION_STATES",
     "CLIPPING_STATES",
@@ -73,6 +76,8 @@ UPDATE_STATES: tuple[str, ...] = ("tiny", "small", "normal", "large", "nonfinite
 GAIN_STATES: tuple[str, ...] = ("shrinking", "stable", "growing")
 INPUT_STATES: tuple[str, ...] = ("normal", "large")
 LR_CONFIG_STATES: tuple[str, ...] = ("low", "typical", "high", "unknown")
+INIT_CONFIG_STATES: tuple[str, ...] = ("small", "default", "large", "unknown")
+INPUT_CONFIG_STATES: tuple[str, ...] = ("standardized", "raw", "unknown")
 ACTIVATION_STATES: tuple[str, ...] = ("relu", "leaky_relu", "gelu", "tanh", "sigmoid", "other")
 NORMALIZATION_STATES: tuple[str, ...] = ("none", "batch", "layer")
 CLIPPING_STATES: tuple[str, ...] = ("none", "clipped")
@@ -131,6 +136,10 @@ class Bins:
         log10 std of the first weighted layer's output above which inputs count as large.
     lr_config_edges : tuple of float
         Decades of the configured lr against the optimizer's usual value: low | typical | high.
+    init_gain_edges : tuple of float
+        Configured init gain edges: small | default | large.
+    input_scale_raw : float
+        A configured input multiplier above this counts as raw (unstandardized) inputs.
     deep_layers : int
         Weighted layers from which a model counts as ``deep``.
     spike_factor : float
@@ -153,6 +162,8 @@ class Bins:
     gain_edge: float = 1.0
     input_large: float = 1.0
     lr_config_edges: tuple[float, float] = (-1.5, 1.0)
+    init_gain_edges: tuple[float, float] = (0.5, 2.0)
+    input_scale_raw: float = 10.0
     deep_layers: int = 8
     spike_factor: float = 3.0
     grad_spike: float = 100.0
@@ -274,8 +285,8 @@ def observe_knobs(trace: Trace, bins: Bins | None = None) -> dict[str, str]:
     Returns
     -------
     dict
-        ``activation``, ``normalization``, ``clipping``, ``depth``, ``arch`` and
-        ``lr_config`` states.
+        ``activation``, ``normalization``, ``clipping``, ``depth``, ``arch``,
+        ``lr_config``, ``init_config`` and ``input_config`` states.
     """
     bins = bins or Bins()
     config = trace.meta.get("config") or {}
@@ -315,8 +326,25 @@ def observe_knobs(trace: Trace, bins: Bins | None = None) -> dict[str, str]:
         lr_config = "low" if decades < lo else ("high" if decades > hi else "typical")
     else:
         lr_config = "unknown"
+    init = config.get("init")
+    gain = init.get("gain") if isinstance(init, dict) else config.get("init_gain")
+    if isinstance(gain, (int, float)) and gain > 0:
+        lo, hi = bins.init_gain_edges
+        init_config = "small" if gain < lo else ("large" if gain > hi else "default")
+    else:
+        init_config = "unknown"
+    norm_in = config.get("input_normalization")
+    scale_in = config.get("input_scale", 1.0)
+    scale_in = scale_in if isinstance(scale_in, (int, float)) else 1.0
+    if norm_in is None:
+        input_config = "unknown" if scale_in <= bins.input_scale_raw else "raw"
+    else:
+        standardized = str(norm_in).lower() not in ("none", "raw", "false", "")
+        input_config = ("standardized" if standardized and scale_in <= bins.input_scale_raw
+                        else "raw")
     return {"activation": activation, "normalization": normalization, "clipping": clipping,
-            "depth": depth, "arch": arch, "lr_config": lr_config}
+            "depth": depth, "arch": arch, "lr_config": lr_config, "init_config": init_config,
+            "input_config": input_config}
 
 
 def _grad_state(g: float, g_out: float, g_first: float, nonfinite: bool, bins: Bins,

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import warnings
+import weakref
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -45,6 +46,14 @@ __all__ = ["ProbabilisticReasoner", "MODEL_FORMAT"]
 
 MODEL_FORMAT = "neuraldbg-causal-model"
 _MODEL_VERSION = 1
+# Discretized evidence per live trace object and discretization settings: leave-one-family-out
+# evaluation fits many models on the same traces. Entries go when the trace is collected.
+_EVIDENCE_CACHE: dict[tuple[int, tuple[Any, ...]], Discretized] = {}
+
+
+def _forget(key_id: int) -> None:
+    for key in [k for k in _EVIDENCE_CACHE if k[0] == key_id]:
+        del _EVIDENCE_CACHE[key]
 
 
 def _pgmpy() -> Any:
@@ -167,6 +176,19 @@ class ProbabilisticReasoner:
 
     # -------------------------------------------------------------------- fit
     def _discretize(self, trace: Trace) -> Discretized:
+        settings = (len(trace.steps), len(trace.stats), self.n_slices, self.n_blocks,
+                    repr(self.bins), self.rule_evidence, self._cause_states())
+        key = (id(trace), settings)
+        cached = _EVIDENCE_CACHE.get(key)
+        if cached is not None:
+            return cached
+        disc = self._discretize_uncached(trace)
+        if not any(k[0] == id(trace) for k in _EVIDENCE_CACHE):
+            weakref.finalize(trace, _forget, id(trace))
+        _EVIDENCE_CACHE[key] = disc
+        return disc
+
+    def _discretize_uncached(self, trace: Trace) -> Discretized:
         disc = discretize(trace, n_slices=self.n_slices, n_blocks=self.n_blocks, bins=self.bins)
         if self.rule_evidence:
             verdict = rule_verdict(trace)

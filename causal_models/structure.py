@@ -37,6 +37,8 @@ from causal_models.discretize import (
     ACT_STATES,
     GAIN_STATES,
     GRAD_STATES,
+    INIT_CONFIG_STATES,
+    INPUT_CONFIG_STATES,
     INPUT_STATES,
     LOSS_STATES,
     LR_CONFIG_STATES,
@@ -92,6 +94,16 @@ _KNOB_EVIDENCE: dict[str, tuple[str, tuple[str, ...], dict[str, dict[str, float]
         "very_small": {"shrinking": 1.0}, "small": {"shrinking": 1.0, "stable": 0.6},
         "ok": {"stable": 1.0}, "large": {"growing": 1.0, "stable": 0.6},
         "very_large": {"growing": 1.0}}),
+    "init_config": ("init_level", INIT_CONFIG_STATES, {
+        "very_small": {"small": 1.0, "default": 0.3, "unknown": 0.3},
+        "small": {"small": 1.0, "default": 0.5, "unknown": 0.3},
+        "ok": {"default": 1.0, "unknown": 0.3},
+        "large": {"large": 1.0, "default": 0.5, "unknown": 0.3},
+        "very_large": {"large": 1.0, "default": 0.3, "unknown": 0.3}}),
+    "input_config": ("input_level", INPUT_CONFIG_STATES, {
+        "ok": {"standardized": 1.0, "unknown": 0.3},
+        "large": {"raw": 1.0, "standardized": 0.3, "unknown": 0.3},
+        "very_large": {"raw": 1.0, "standardized": 0.2, "unknown": 0.3}}),
     "input_mag": ("input_level", INPUT_STATES, {
         "ok": {"normal": 1.0}, "large": {"large": 1.0, "normal": 0.5},
         "very_large": {"large": 1.0}}),
