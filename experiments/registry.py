@@ -1,0 +1,238 @@
+"""The scenario-family registry: a plain dict behind a decorator.
+
+A family is a builder ``severity -> Scenario`` plus its labels (:class:`FamilySpec`). The
+decorator rejects a duplicate name; a lookup miss lists the known names.
+
+Examples
+--------
+>>> from experiments.registry import register_family
+>>> @register_family(name="my_family", kind="failure", architecture="MLP", data="digits",
+...                  description="...", failure_type="training_plateau",
+...                  root_cause="learning_rate_too_low", default_severity=100.0,
+...                  severities=(10.0, 100.0), baseline_severity=1.0,
+...                  canonical_fix={"lr_scale": 100.0})
+... def build(severity):  # doctest: +SKIP
+...     return Scenario(...)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from experiments.knobs import make_knobs
+from experiments.scenario import Scenario
+
+__all__ = ["FamilySpec", "register_family", "get_family", "list_families", "build_scenario"]
+
+Builder = Callable[[float], Scenario]
+
+
+@dataclass(frozen=True, slots=True)
+class FamilySpec:
+    """Labels and settings of one scenario family.
+
+    Attributes
+    ----------
+    name : str
+        Registry name, e.g. ``"lr_too_high"``.
+    kind : {"failure", "healthy"}
+        A failure family or a healthy control.
+    architecture : str
+        ``MLP``, ``CNN``, ``CNN+BN``, ``residual``, ``GRU``, ``LSTM`` or ``Transformer``.
+    data : str
+        Dataset name (see :class:`experiments.scenario.DataConfig`).
+    description : str
+        What is injected and what it does.
+    default_severity : float
+        Severity of a plain run.
+    severities : tuple of float
+        Severities of the sweep, mildest first.
+    baseline_severity : float or None
+        Severity at which the fault is absent: the healthy baseline of the family for the
+        manifestation check. None for healthy controls (their own baseline) and for
+        families whose baseline is the same severity with ``baseline_knobs``.
+    baseline_knobs : dict
+        Knobs of the baseline runs (usually none).
+    failure_type : str
+        The symptom (``"healthy"`` for a control).
+    root_cause : str
+        The cause (``"none"`` for a control); the primary one of a compound family.
+    root_causes : tuple of str
+        Every injected cause (compound families list two).
+    secondary_failure_types : tuple of str
+        Further symptoms a compound family shows besides ``failure_type``.
+    canonical_fix : dict
+        Knobs that undo the fault; re-running with them trains healthily (checked by
+        ``python -m experiments manifest --counterfactuals``).
+    equivalent_fixes : tuple of dict
+        Other knob settings that also make the run healthy (checked the same way).
+    counterfactuals : tuple of dict
+        ``{"knobs": {...}, "expected": failure_type or "healthy"}``: outcomes under knob
+        changes, determined by re-running and checked the same way.
+    """
+
+    name: str
+    kind: Literal["failure", "healthy"]
+    architecture: str
+    data: str
+    description: str
+    default_severity: float = 1.0
+    severities: tuple[float, ...] = ()
+    baseline_severity: float | None = None
+    baseline_knobs: dict[str, Any] = field(default_factory=dict)
+    failure_type: str = "healthy"
+    root_cause: str = "none"
+    root_causes: tuple[str, ...] = ()
+    secondary_failure_types: tuple[str, ...] = ()
+    canonical_fix: dict[str, Any] = field(default_factory=dict)
+    equivalent_fixes: tuple[dict[str, Any], ...] = ()
+    counterfactuals: tuple[dict[str, Any], ...] = ()
+
+    @property
+    def counterfactual_knobs(self) -> tuple[str, ...]:
+        """Names of the knobs this family's fixes and counterfactuals change."""
+        names: set[str] = set(self.canonical_fix)
+        for fix in self.equivalent_fixes:
+            names |= set(fix)
+        for cf in self.counterfactuals:
+            names |= set(cf["knobs"])
+        return tuple(sorted(names))
+
+    def expected_outcomes(self) -> list[dict[str, Any]]:
+        """Every knob setting with a declared outcome: fixes first, then counterfactuals."""
+        out = [{"knobs": dict(self.canonical_fix), "expected": "healthy", "source": "canonical_fix"}]
+        out += [{"knobs": dict(f), "expected": "healthy", "source": "equivalent_fix"}
+                for f in self.equivalent_fixes]
+        out += [{**dict(cf), "source": "counterfactual"} for cf in self.counterfactuals]
+        return [o for o in out if o["knobs"]]
+
+    def baseline_of(self, severity: float) -> tuple[float, dict[str, Any]]:
+        """Severity and knobs of the healthy baseline runs for a run at ``severity``."""
+        if self.kind == "healthy":
+            return severity, {}
+        base = severity if self.baseline_severity is None else self.baseline_severity
+        return base, dict(self.baseline_knobs)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-dict form."""
+        return asdict(self)
+
+
+_FAMILIES: dict[str, tuple[FamilySpec, Builder]] = {}
+
+
+def _check_spec(spec: FamilySpec) -> None:
+    from neuraldbg.records import FAILURE_TYPES, HEALTHY, ROOT_CAUSES
+
+    if spec.kind not in ("failure", "healthy"):
+        raise ValueError(f"Family {spec.name!r}: kind must be 'failure' or 'healthy', "
+                         f"got {spec.kind!r}.")
+    if spec.kind == "healthy":
+        if spec.failure_type != HEALTHY or spec.root_cause != "none":
+            raise ValueError(f"Healthy family {spec.name!r} must have failure_type 'healthy' "
+                             "and root_cause 'none'.")
+    else:
+        for ft in (spec.failure_type, *spec.secondary_failure_types):
+            if ft not in FAILURE_TYPES:
+                raise ValueError(f"Family {spec.name!r}: unknown failure_type {ft!r}. Valid "
+                                 f"failure types are: {list(FAILURE_TYPES)}")
+        for rc in (spec.root_cause, *spec.root_causes):
+            if rc not in ROOT_CAUSES:
+                raise ValueError(f"Family {spec.name!r}: unknown root_cause {rc!r}. Valid "
+                                 f"root causes are: {list(ROOT_CAUSES)}")
+        if spec.baseline_severity is None and not spec.baseline_knobs:
+            raise ValueError(f"Failure family {spec.name!r} needs a baseline_severity (the "
+                             "severity at which the fault is absent) or baseline_knobs (the "
+                             "knobs that remove it at the same severity).")
+        if not spec.canonical_fix:
+            raise ValueError(f"Failure family {spec.name!r} needs a canonical_fix.")
+    for knobs in [spec.canonical_fix, spec.baseline_knobs, *spec.equivalent_fixes,
+                  *(cf["knobs"] for cf in spec.counterfactuals)]:
+        make_knobs(**knobs)  # raises on an unknown knob or value
+    for cf in spec.counterfactuals:
+        if set(cf) - {"knobs", "expected", "root_cause"} or "expected" not in cf:
+            raise ValueError(f"Family {spec.name!r}: a counterfactual is a dict with 'knobs', "
+                             f"'expected' and optionally 'root_cause'; got {cf!r}.")
+        if cf["expected"] != HEALTHY and cf["expected"] not in FAILURE_TYPES:
+            raise ValueError(f"Family {spec.name!r}: counterfactual outcome {cf['expected']!r} "
+                             f"is not 'healthy' or one of {list(FAILURE_TYPES)}.")
+    if spec.default_severity not in spec.severities:
+        raise ValueError(f"Family {spec.name!r}: default_severity {spec.default_severity} is not "
+                         f"in its severities {spec.severities}.")
+
+
+def register_family(**spec_fields: Any) -> Callable[[Builder], Builder]:
+    """Register a scenario family: decorator over its builder ``severity -> Scenario``.
+
+    Parameters
+    ----------
+    **spec_fields
+        The fields of :class:`FamilySpec`.
+
+    Returns
+    -------
+    callable
+        The decorator; it returns the builder unchanged.
+
+    Raises
+    ------
+    ValueError
+        If a family of that name is already registered, or a label or knob is invalid.
+    """
+    spec = FamilySpec(**spec_fields)
+    if spec.root_cause != "none" and not spec.root_causes:
+        spec = FamilySpec(**{**spec.to_dict(), "root_causes": (spec.root_cause,)})
+
+    def decorator(builder: Builder) -> Builder:
+        if spec.name in _FAMILIES:
+            raise ValueError(
+                f"A scenario family named {spec.name!r} is already registered. Choose another "
+                f"name; registered families are: {sorted(_FAMILIES)}"
+            )
+        _check_spec(spec)
+        _FAMILIES[spec.name] = (spec, builder)
+        return builder
+
+    return decorator
+
+
+def _lookup(name: str | FamilySpec) -> tuple[FamilySpec, Builder]:
+    key = name.name if isinstance(name, FamilySpec) else name
+    try:
+        return _FAMILIES[key]
+    except KeyError:
+        raise ValueError(
+            f"Unknown scenario family {key!r}. Known families are: {sorted(_FAMILIES)}"
+        ) from None
+
+
+def get_family(name: str | FamilySpec) -> FamilySpec:
+    """The :class:`FamilySpec` registered under ``name``.
+
+    Raises
+    ------
+    ValueError
+        If no family has that name; the message lists the known ones.
+    """
+    return _lookup(name)[0]
+
+
+def list_families(kind: Literal["failure", "healthy"] | None = None) -> list[FamilySpec]:
+    """Registered families (failures first, then healthy controls, each in name order).
+
+    Parameters
+    ----------
+    kind : {"failure", "healthy"} or None, default=None
+        Only families of that kind.
+    """
+    specs = [spec for spec, _ in _FAMILIES.values() if kind is None or spec.kind == kind]
+    return sorted(specs, key=lambda s: (s.kind != "failure", s.name))
+
+
+def build_scenario(name: str | FamilySpec, severity: float | None = None) -> Scenario:
+    """The scenario of family ``name`` at ``severity`` (its default when None)."""
+    spec, builder = _lookup(name)
+    sev = spec.default_severity if severity is None else float(severity)
+    return builder(sev)

@@ -1,0 +1,352 @@
+"""Train one scenario for real under :class:`neuraldbg.NeuralDbg`, knobs applied generically.
+
+The knobs act the same way on every family:
+
+- ``lr_scale``: the base learning rate and the whole schedule (spikes included) multiplied;
+- ``init_scale``: every parameter with ``ndim >= 2`` multiplied after the family's own init;
+- ``input_scale``: every input batch multiplied;
+- ``grad_clip``: ``clip_grad_norm_`` to that value before each optimizer step;
+- ``activation`` / ``normalization``: the model built with that activation / normalization.
+
+A run seeds python, numpy and torch once from its seed; the same family, severity, seed and
+knobs give the same statistics bit for bit (on one thread: set ``torch.set_num_threads(1)``,
+as the CLI and the suite do).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+import torch.nn.functional as F
+
+import neuraldbg as ndb
+from experiments.architectures import build_model
+from experiments.datasets import load_dataset
+from experiments.knobs import Knobs, make_knobs
+from experiments.registry import FamilySpec, build_scenario, get_family
+from experiments.scenario import OnsetRule, Scenario
+from experiments.symptoms import onset_series
+
+__all__ = ["run_scenario", "run_counterfactual", "expected_outcome", "measure_onset",
+           "seed_everything"]
+
+
+def seed_everything(seed: int) -> None:
+    """Seed python's ``random``, numpy's and torch's global generators (scenario runs only)."""
+    random.seed(seed)
+    np.random.seed(seed % (2**32))
+    torch.manual_seed(seed)
+
+
+def _naive_cross_entropy(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    # log(sum(exp(z))) without the max shift: overflows once a logit passes ~88 (float32).
+    return (logits.exp().sum(dim=1).log() - logits.gather(1, y[:, None]).squeeze(1)).mean()
+
+
+def expected_outcome(spec: FamilySpec, severity: float, knobs: Knobs) -> dict[str, Any] | None:
+    """The declared outcome of family ``spec`` at ``severity`` under ``knobs``, or None.
+
+    The scenario as defined fails with the family's failure type; the baseline severity is
+    healthy; a knob setting listed among the fixes or counterfactuals (at the default
+    severity) has the outcome determined for it by re-running. Anything else is unknown.
+    """
+    changed = knobs.changed()
+    if spec.kind == "healthy" and not changed:
+        return {"expected": "healthy"}
+    if spec.kind == "failure":
+        base_sev, base_knobs = spec.baseline_of(severity)
+        if severity == base_sev and changed == make_knobs(**base_knobs).changed():
+            return {"expected": "healthy"}
+        if not changed:
+            return {"expected": spec.failure_type, "root_cause": spec.root_cause}
+    if severity != spec.default_severity:
+        return None
+    for item in spec.expected_outcomes():
+        if make_knobs(**item["knobs"]).changed() == changed:
+            return item
+    return None
+
+
+def _oriented(values: np.ndarray, rule: OnsetRule) -> np.ndarray:
+    v = np.where(np.isnan(values), np.inf, values)
+    if rule.scale == "log":
+        with np.errstate(divide="ignore"):
+            v = np.log10(np.clip(v, 1e-30, None))
+    v = np.where(np.isposinf(v), 1e6, v)
+    return -v if rule.direction == "below" else v
+
+
+def measure_onset(trace: ndb.Trace, rule: OnsetRule | None,
+                  twin: ndb.Trace | None = None) -> int | None:
+    """Onset step of ``trace`` under ``rule`` (None when the rule never fires).
+
+    Parameters
+    ----------
+    trace : neuraldbg.Trace
+        The faulty run.
+    rule : OnsetRule or None
+    twin : neuraldbg.Trace, optional
+        The healthy twin (same seed, baseline severity); required for ``twin`` rules.
+    """
+    if rule is None:
+        return None
+    if rule.kind == "fixed":
+        return rule.step
+    if rule.kind == "nonfinite":
+        loss = trace.steps["loss"].to_numpy(dtype=np.float64)
+        bad = np.flatnonzero(~np.isfinite(loss))
+        return int(trace.steps["step"].iloc[bad[0]]) if len(bad) else None
+    if rule.statistic is None:
+        raise ValueError(f"A {rule.kind!r} onset rule needs a statistic, got {rule}.")
+    series = onset_series(trace, rule.statistic, rule.module)
+    if series.empty:
+        return None
+    if rule.kind == "twin":
+        if twin is None:
+            raise ValueError("A 'twin' onset rule needs the healthy twin run.")
+        ref = onset_series(twin, rule.statistic, rule.module)
+        f = pd.Series(_oriented(series.to_numpy(dtype=np.float64), rule), index=series.index)
+        r = pd.Series(_oriented(ref.to_numpy(dtype=np.float64), rule), index=ref.index)
+        gap = (f - r.reindex(f.index)).dropna()
+        hit = gap.index[gap.to_numpy() >= rule.margin]
+        return int(hit[0]) if len(hit) else None
+    if rule.threshold is None:
+        raise ValueError(f"A 'crossing' onset rule needs a threshold, got {rule}.")
+    threshold = rule.threshold * (abs(series.iloc[0]) if rule.relative else 1.0)
+    values = series.to_numpy(dtype=np.float64)
+    if rule.direction == "above":
+        hit_mask = ~np.isfinite(values) | (values > threshold)
+    else:
+        hit_mask = np.isfinite(values) & (values < threshold)
+    idx = np.flatnonzero(hit_mask)
+    return int(series.index[idx[0]]) if len(idx) else None
+
+
+def _all_param_layers(model: torch.nn.Module) -> list[str]:
+    return [name for name, mod in model.named_modules()
+            if len(list(mod.children())) == 0 and any(True for _ in mod.parameters(recurse=False))]
+
+
+def _config(scen: Scenario, knobs: Knobs, arch: Any, grad_clip: float | None,
+            data_desc: str) -> dict[str, Any]:
+    """What a user's own config would say about the run: no family name, no fault label."""
+    train = scen.train
+    cfg: dict[str, Any] = {
+        "architecture": arch.kind,
+        "depth": arch.depth,
+        "width": arch.width,
+        "activation": arch.activation,
+        "normalization": arch.normalization,
+        "init": {"scheme": arch.init, "gain": arch.init_gain * knobs.init_scale},
+        "optimizer": train.optimizer,
+        "lr": train.lr * knobs.lr_scale,
+        "momentum": train.momentum,
+        "batch_size": train.batch_size,
+        "steps": train.steps,
+        "grad_clip": grad_clip,
+        "loss": ("custom_softmax_cross_entropy" if train.loss == "naive_cross_entropy"
+                 else "cross_entropy"),
+        "data": data_desc,
+        "input_normalization": "standardize" if scen.data.standardize else "none",
+        "input_scale": knobs.input_scale,
+    }
+    if arch.kind == "rnn":
+        cfg["cell"] = arch.cell
+    if arch.kind == "transformer":
+        cfg["heads"] = arch.heads
+    return cfg
+
+
+def run_scenario(family: str | FamilySpec, severity: float | None = None, seed: int = 0,
+                 out: str | os.PathLike[str] | None = None, every: int = 1,
+                 **knobs: Any) -> ndb.Trace:
+    """Train one scenario for real under NeuralDbg and return its trace.
+
+    Parameters
+    ----------
+    family : str or FamilySpec
+        A registered family (see :func:`experiments.list_families`).
+    severity : float, optional
+        Severity of the injected fault; the family's default when None.
+    seed : int, default=0
+        Seeds python, numpy and torch once (initialisation and batch order).
+    out : str or path-like, optional
+        Save the trace to this directory (``meta.json`` holds config and ground truth).
+    every : int, default=1
+        Record per-module statistics every ``every`` steps.
+    **knobs
+        ``lr_scale``, ``init_scale``, ``input_scale``, ``grad_clip``, ``activation``,
+        ``normalization``, relative to the scenario (see :mod:`experiments.knobs`).
+
+    Returns
+    -------
+    neuraldbg.Trace
+        ``trace.meta["ground_truth"]`` holds the labels; ``trace.meta["config"]`` only what
+        a user's config would.
+
+    Raises
+    ------
+    ValueError
+        For an unknown family or knob, or a knob value it does not accept.
+    """
+    spec = get_family(family)
+    sev = spec.default_severity if severity is None else float(severity)
+    return _run(spec, sev, int(seed), out, every, make_knobs(**knobs), with_onset=True)
+
+
+def _run(spec: FamilySpec, sev: float, seed: int, out: str | os.PathLike[str] | None,
+         every: int, kn: Knobs, *, with_onset: bool) -> ndb.Trace:
+    """Train one scenario (see :func:`run_scenario`); ``with_onset=False`` skips the healthy
+    twin a ``twin`` onset rule needs (the twin itself is made that way)."""
+    scen = build_scenario(spec, sev)
+    arch = replace(scen.arch,
+                   activation=kn.activation or scen.arch.activation,
+                   normalization=kn.normalization or scen.arch.normalization)
+    grad_clip = kn.grad_clip if kn.grad_clip is not None else scen.train.grad_clip
+    train = scen.train
+
+    seed_everything(seed)
+    data = load_dataset(scen.data)
+    model = build_model(arch, tuple(data.x.shape[1:]), data.n_classes)
+    if kn.init_scale != 1.0:
+        with torch.no_grad():
+            for p in model.parameters():
+                if p.ndim >= 2:
+                    p.mul_(kn.init_scale)
+    base_lr = train.lr * kn.lr_scale
+    if train.optimizer == "sgd":
+        opt: torch.optim.Optimizer = torch.optim.SGD(model.parameters(), lr=base_lr,
+                                                     momentum=train.momentum)
+    elif train.optimizer == "adam":
+        opt = torch.optim.Adam(model.parameters(), lr=base_lr)
+    else:
+        raise ValueError(f"Unknown optimizer {train.optimizer!r}. Valid values: ['sgd', 'adam']")
+    loss_fn = _naive_cross_entropy if train.loss == "naive_cross_entropy" else F.cross_entropy
+
+    outcome = expected_outcome(spec, sev, kn)
+    label = outcome["expected"] if outcome is not None else None
+    healthy = label == ndb.HEALTHY
+    gt: dict[str, Any] = {
+        "family": spec.name,
+        "architecture": spec.architecture,
+        "kind": spec.kind,
+        "failure_type": label,
+        "root_cause": ("none" if healthy else
+                       (outcome.get("root_cause", spec.root_cause) if outcome else None)),
+        "root_causes": [] if healthy else list(spec.root_causes),
+        "secondary_failure_types": [] if healthy else list(spec.secondary_failure_types),
+        "origin_layers": [],
+        "origin_scope": "none" if healthy else scen.origin_scope,
+        "onset_step": None,
+        "onset_tolerance": scen.onset.tolerance if scen.onset is not None else 0,
+        "onset_rule": None if healthy or scen.onset is None else scen.onset.to_dict(),
+        "severity": sev,
+        "seed": int(seed),
+        "knobs": kn.to_dict(),
+        "expected_outcome_known": outcome is not None,
+        "scenario_failure_type": spec.failure_type,
+        "scenario_root_cause": spec.root_cause,
+        "canonical_fix": dict(spec.canonical_fix),
+        "equivalent_fixes": [dict(f) for f in spec.equivalent_fixes],
+        "counterfactuals": [dict(c) for c in spec.counterfactuals],
+        "manifestation": {"checked": False,
+                          "how": "python -m experiments manifest, or the suite, records it"},
+    }
+    if not healthy and spec.kind == "failure":
+        gt["origin_layers"] = (_all_param_layers(model) if scen.origin_scope == "global"
+                               else list(scen.origin_layers))
+    config = _config(scen, kn, arch, grad_clip, data.description)
+
+    gen = torch.Generator().manual_seed(seed)
+    n = len(data.y)
+    params = [p for p in model.parameters() if p.requires_grad]
+    first_bad: int | None = None
+    dbg = ndb.NeuralDbg(model, optimizer=opt, every=every, config=config, seed=int(seed),
+                        ground_truth=gt)
+    with dbg:
+        for step in range(train.steps):
+            factor = 1.0
+            if train.lr_spike is not None:
+                s0, mult, length = train.lr_spike
+                if s0 <= step < s0 + length:
+                    factor = mult
+            for group in opt.param_groups:
+                group["lr"] = base_lr * factor
+            idx = torch.randint(0, n, (train.batch_size,), generator=gen)
+            xb = data.x[idx]
+            if kn.input_scale != 1.0:
+                xb = xb * kn.input_scale
+            yb = data.y[idx]
+            if train.noisy_batch_every and step > 0 and step % train.noisy_batch_every == 0:
+                yb = torch.randint(0, data.n_classes, yb.shape, generator=gen)
+            opt.zero_grad(set_to_none=True)
+            loss = loss_fn(model(xb), yb)
+            loss.backward()
+            if grad_clip is not None:
+                torch.nn.utils.clip_grad_norm_(params, grad_clip)
+            opt.step()
+            dbg.step(loss)
+            if first_bad is None and not math.isfinite(float(loss.detach())):
+                first_bad = step
+            if first_bad is not None and step - first_bad >= train.stop_after_nonfinite:
+                break
+    trace = dbg.trace
+    if not healthy and spec.kind == "failure" and label is not None and with_onset:
+        twin = None
+        if scen.onset is not None and scen.onset.kind == "twin":
+            base_sev, base_knobs = spec.baseline_of(sev)
+            twin_knobs = kn.replace(**base_knobs)
+            twin = _run(spec, base_sev, seed, None, every, twin_knobs, with_onset=False)
+        gt["onset_step"] = measure_onset(trace, scen.onset, twin)
+    trace.meta["ground_truth"] = gt
+    if out is not None:
+        trace.save(Path(out), overwrite=True)
+    return trace
+
+
+def run_counterfactual(trace: ndb.Trace, out: str | os.PathLike[str] | None = None,
+                       every: int | None = None, **knobs: Any) -> ndb.Trace:
+    """Re-run the scenario of ``trace`` (same family, severity and seed) with knobs changed.
+
+    Knobs not given keep the values the original run used.
+
+    Parameters
+    ----------
+    trace : neuraldbg.Trace
+        A run made by :func:`run_scenario` (its ``meta["ground_truth"]`` names the scenario).
+    out : str or path-like, optional
+        Save the new trace there.
+    every : int, optional
+        Recording interval; the original run's when None.
+    **knobs
+        Knob changes, e.g. ``lr_scale=0.1``.
+
+    Returns
+    -------
+    neuraldbg.Trace
+
+    Raises
+    ------
+    ValueError
+        If the trace carries no zoo ground truth, or for an invalid knob.
+    """
+    gt = trace.meta.get("ground_truth") or {}
+    if "family" not in gt or "severity" not in gt or "seed" not in gt:
+        raise ValueError(
+            "run_counterfactual needs a trace made by experiments.run_scenario: its "
+            "meta['ground_truth'] must name the family, severity and seed (got keys "
+            f"{sorted(gt)}). Use run_scenario(family, ...) for other runs."
+        )
+    used = dict(gt.get("knobs") or {})
+    merged = make_knobs(**{**used, **knobs})
+    return run_scenario(gt["family"], severity=gt["severity"], seed=int(gt["seed"]), out=out,
+                        every=int(every if every is not None else trace.meta.get("every", 1)),
+                        **merged.to_dict())
