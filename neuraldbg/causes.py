@@ -8,9 +8,14 @@ so a cause is favoured exactly as far as its evidence reaches:
 - learning rate: the update ratio ||dW||/||W|| before the failure (too high above 1e-2, too
   low below 1e-5) and learning-rate jumps in ``trace.steps`` just before a blow-up;
 - initialisation: the median gain std(output)/rms(input) of the Linear/Conv layers at the
-  first step, against PyTorch's default 1/sqrt(3) (weights U(+-1/sqrt(fan_in))): for
-  y = Wx, E[y^2] = fan_in * Var(w) * E[x^2], so the gain measures the init scale against
-  each layer's fan-in without needing the fan-in itself;
+  first step. For y = Wx, E[y^2] = fan_in * Var(w) * E[x^2], so the gain measures the init
+  scale against each layer's fan-in without needing the fan-in itself: PyTorch's default
+  (weights U(+-1/sqrt(fan_in))) gives 1/sqrt(3), Kaiming sqrt(2), Xavier/orthogonal ~1 for
+  square layers. When the config names the init scheme the gain is compared with that
+  scheme's (``init_scale`` = measured / expected), else with absolute bounds;
+- depth amplification: rms of the last Linear/Conv output / rms of the first at the first
+  step. Layers with a sound init that still amplify the signal 10x or more through depth
+  point at missing normalization rather than at the init;
 - inputs: the first layer's input rms, read directly where a shape-only module (Flatten)
   precedes it, else its output std divided by the gain of the other layers;
 - pre-activations: mean/std of the output feeding a dead layer (a large negative bias puts
@@ -34,6 +39,13 @@ from neuraldbg.trace import Trace
 __all__ = ["RunFacts", "gather_facts", "logistic_support", "score_causes"]
 
 _RECURRENT = ("RNN", "GRU", "LSTM", "RNNCell", "GRUCell", "LSTMCell")
+#: Gain std(Wx)/rms(x) each init scheme gives a layer (square layers for Xavier/orthogonal).
+SCHEME_GAINS: dict[str, float] = {
+    "default": 1.0 / math.sqrt(3.0), "pytorch": 1.0 / math.sqrt(3.0),
+    "kaiming": math.sqrt(2.0), "he": math.sqrt(2.0), "kaiming_normal": math.sqrt(2.0),
+    "kaiming_uniform": math.sqrt(2.0), "xavier": 1.0, "glorot": 1.0, "xavier_normal": 1.0,
+    "xavier_uniform": 1.0, "orthogonal": 1.0, "lecun": 1.0,
+}
 _WEIGHT_TYPES = ("Linear", "Conv1d", "Conv2d", "Conv3d", "Bilinear", "LazyLinear",
                  "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d")
 
@@ -69,12 +81,19 @@ class RunFacts:
     ----------
     update_ratio : float
         Median ||dW||/||W|| per step before any failure (NaN without an optimizer).
+    total_update : float
+        Sum of ||dW||/||W|| over the run.
     lr : float
         Median learning rate (steps table, else the config).
     lr_jump_steps : tuple of int
     init_gain : float
         Median gain std(out)/rms(in) of the Linear/Conv layers after the first, at the first
         recorded step (NaN if no layer pair is measured).
+    init_scale : float
+        ``init_gain`` / the gain of the init scheme named in the config (NaN when the config
+        names none or an unknown one).
+    depth_gain : float
+        rms of the last Linear/Conv output / rms of the first, at the first recorded step.
     n_gain_pairs : int
     input_rms : float
         Estimated rms of the network input (NaN when unknown).
@@ -92,9 +111,12 @@ class RunFacts:
     """
 
     update_ratio: float
+    total_update: float
     lr: float
     lr_jump_steps: tuple[int, ...]
     init_gain: float
+    init_scale: float
+    depth_gain: float
     n_gain_pairs: int
     input_rms: float
     first_layer: str
@@ -122,7 +144,7 @@ def gather_facts(trace: Trace, states: StateTable, dyn: LossDynamics) -> RunFact
     first_layer = (names[int(np.argmax(trainable))] if trainable.any()
                    else (names[0] if names else ""))
 
-    init_gain, n_pairs, input_rms = float("nan"), 0, float("nan")
+    init_gain, n_pairs, input_rms, depth_gain = float("nan"), 0, float("nan"), float("nan")
     observed = states.measures["observed"]
     rows = np.flatnonzero(observed.any(axis=1))
     if len(rows) and len(names):
@@ -137,6 +159,9 @@ def gather_facts(trace: Trace, states: StateTable, dyn: LossDynamics) -> RunFact
         n_pairs = len(gains)
         if gains:
             init_gain = float(np.median(gains))
+        good = [j for j in idx if ok[j]]
+        if len(good) >= 2:
+            depth_gain = float(rms[good[-1]] / rms[good[0]])
         if len(idx):
             j0 = int(idx[0])
             if j0 == 1 and ok[0] and fams[0] == "other":
@@ -158,11 +183,17 @@ def gather_facts(trace: Trace, states: StateTable, dyn: LossDynamics) -> RunFact
         clip = float(clip) if clip not in (None, False, "none", "None") else None
     except (TypeError, ValueError):
         clip = None
+    init_cfg = cfg_run.get("init")
+    scheme = str(init_cfg.get("scheme", "") if isinstance(init_cfg, dict) else init_cfg or "")
+    expected = SCHEME_GAINS.get(scheme.lower())
+    init_scale = init_gain / expected if expected else float("nan")
     norm_cfg = str(cfg_run.get("normalization", "")).lower()
     has_norm = any(f == "norm" for f in fams) or norm_cfg in ("batch", "layer")
     return RunFacts(
-        update_ratio=dyn.update_ratio, lr=lr, lr_jump_steps=dyn.lr_jump_steps,
-        init_gain=init_gain, n_gain_pairs=n_pairs, input_rms=input_rms, first_layer=first_layer,
+        update_ratio=dyn.update_ratio, total_update=dyn.total_update, lr=lr,
+        lr_jump_steps=dyn.lr_jump_steps,
+        init_gain=init_gain, init_scale=init_scale, depth_gain=depth_gain,
+        n_gain_pairs=n_pairs, input_rms=input_rms, first_layer=first_layer,
         saturating_modules=tuple(n for n, f in zip(names, fams, strict=True)
                                  if f in ("sigmoid", "tanh")),
         rectifier_modules=tuple(n for n, f in zip(names, fams, strict=True) if f == "relu"),
@@ -173,6 +204,18 @@ def gather_facts(trace: Trace, states: StateTable, dyn: LossDynamics) -> RunFact
 
 def _lr_jump_before(facts: RunFacts, step: int, window: int) -> bool:
     return any(step - window <= s <= step for s in facts.lr_jump_steps)
+
+
+def _init_support(facts: RunFacts, cfg: ThresholdConfig) -> tuple[float, float]:
+    """(support for an init too large, for an init too small)."""
+    if not facts.n_gain_pairs:
+        return 0.0, 0.0
+    if math.isfinite(facts.init_scale):  # scheme known: compare with its own gain
+        return (logistic_support(facts.init_scale, cfg.init_scale_high, decades=0.25),
+                logistic_support(facts.init_scale, cfg.init_scale_low, above=False,
+                                 decades=0.25))
+    return (logistic_support(facts.init_gain, cfg.init_gain_high, decades=0.25),
+            logistic_support(facts.init_gain, cfg.init_gain_low, above=False, decades=0.25))
 
 
 def score_causes(failure_type: str, *, onset: int, first_step: int, facts: RunFacts,
@@ -187,13 +230,15 @@ def score_causes(failure_type: str, *, onset: int, first_step: int, facts: RunFa
     onset : int
         Step the symptom appeared.
     first_step : int
-        First recorded step (a symptom present there was present from the start).
+        First recorded step. A symptom present there was measured before any update, so
+        the learning rate cannot have caused it.
     facts : RunFacts
     cfg : ThresholdConfig
     extra : dict, optional
         Symptom-specific numbers: ``preact_z`` (mean/std feeding a dead layer),
-        ``origin_is_first_activation`` (1.0/0.0), ``saturating_share`` (share of the
-        activations on a vanishing path that saturate), ``upstream_instability``.
+        ``origin_is_first_activation`` (1.0/0.0), ``activation_decay_share`` (share of a
+        vanishing gradient's decay across sigmoid/tanh modules), ``upstream_instability``
+        (probability of an explosion before the symptom), ``grad_spikiness``.
 
     Returns
     -------
@@ -204,19 +249,22 @@ def score_causes(failure_type: str, *, onset: int, first_step: int, facts: RunFa
     extra = extra or {}
     from_start = onset <= first_step
     ur = facts.update_ratio
-    lr_high = logistic_support(ur, cfg.update_ratio_high)
-    jump = _lr_jump_before(facts, onset, cfg.lr_jump_window)
-    init_large = (logistic_support(facts.init_gain, cfg.init_gain_high)
-                  if facts.n_gain_pairs else 0.0)
-    init_small = (logistic_support(facts.init_gain, cfg.init_gain_low, above=False)
-                  if facts.n_gain_pairs else 0.0)
     inputs = logistic_support(facts.input_rms, cfg.input_scale_high)
+    init_large, init_small = _init_support(facts, cfg)
+    # Unnormalised inputs or a too-large init inflate every gradient and so the update
+    # ratio: a high ratio is weaker evidence of a high learning rate when either holds.
+    lr_high = logistic_support(ur, cfg.update_ratio_high) * (1.0 - 0.5 * max(inputs, init_large))
+    jump = _lr_jump_before(facts, onset, cfg.lr_jump_window)
     no_clip = facts.grad_clip is None
-    deep_plain = (not facts.has_normalization) and facts.n_weight_layers >= 6
+    plain = not facts.has_normalization
+    amplifies = logistic_support(facts.depth_gain, cfg.depth_gain_high)
+    attenuates = logistic_support(facts.depth_gain, 1.0 / cfg.depth_gain_high, above=False)
     ev_lr = {"update_ratio": ur, "threshold": cfg.update_ratio_high, "lr": facts.lr,
-             "lr_jump_before_onset": jump}
-    ev_init = {"init_gain": facts.init_gain, "default_gain": cfg.default_gain,
+             "lr_jump_before_onset": jump, "present_from_first_step": from_start}
+    ev_init = {"init_gain": facts.init_gain, "init_scale": facts.init_scale,
                "n_layers_measured": facts.n_gain_pairs}
+    ev_norm = {"depth_gain": facts.depth_gain, "normalization_layers": not plain,
+               "n_weight_layers": facts.n_weight_layers}
     out: dict[str, tuple[float, dict[str, Any]]] = {}
 
     def put(cause: str, support: float, evidence: dict[str, Any]) -> None:
@@ -224,25 +272,31 @@ def score_causes(failure_type: str, *, onset: int, first_step: int, facts: RunFa
             out[cause] = (float(min(1.0, support)), evidence)
 
     if failure_type in ("exploding_gradients", "loss_divergence"):
-        # A jump of the learning rate right before the blow-up is the strongest sign.
-        s = max(lr_high * (0.6 if from_start else 1.0), 0.95 if jump else 0.0)
-        put("learning_rate_too_high", s, ev_lr)
-        put("init_scale_too_large", init_large * (1.0 if from_start else 0.7), ev_init)
-        if failure_type == "loss_divergence":
-            put("unnormalized_inputs", 0.8 * inputs, {"input_rms": facts.input_rms})
+        # A jump of the learning rate right before the blow-up is the strongest sign; a
+        # failure already there before the first update cannot come from the learning rate.
+        put("learning_rate_too_high",
+            max(lr_high * (0.1 if from_start else 1.0), 0.95 if jump else 0.0), ev_lr)
+        put("init_scale_too_large", init_large, ev_init)
+        put("unnormalized_inputs", 0.8 * inputs, {"input_rms": facts.input_rms,
+                                                  "threshold": cfg.input_scale_high})
+        if plain:  # sound layers that still amplify through depth: normalization missing
+            put("missing_normalization", amplifies * (1.0 - init_large), ev_norm)
         if no_clip:
-            put("missing_gradient_clipping", 0.8 if facts.recurrent else 0.25,
-                {"grad_clip": None, "recurrent": facts.recurrent})
-        if deep_plain and failure_type == "exploding_gradients":
-            put("missing_normalization", 0.3, {"n_weight_layers": facts.n_weight_layers})
+            spikes = logistic_support(float(extra.get("grad_spikiness", math.nan)),
+                                      cfg.grad_spike)
+            # Recurrent nets explode through time without clipping; spikes are its mark.
+            put("missing_gradient_clipping", 0.5 + 0.45 * spikes if facts.recurrent
+                else 0.25, {"grad_clip": None, "recurrent": facts.recurrent})
     elif failure_type == "vanishing_gradients":
-        share = float(extra.get("saturating_share", 0.0))
-        put("saturating_activation", (0.4 + 0.5 * share) if share > 0 else 0.0,
-            {"saturating_share": share, "saturating_modules": list(facts.saturating_modules)})
+        share = float(extra.get("activation_decay_share", 0.0))
+        if facts.saturating_modules:
+            put("saturating_activation", 0.1 + 0.85 * share,
+                {"activation_decay_share": share,
+                 "saturating_modules": list(facts.saturating_modules)})
         put("init_scale_too_small", init_small, ev_init)
-        if deep_plain:
-            put("missing_normalization", 0.4, {"n_weight_layers": facts.n_weight_layers,
-                                               "normalization_layers": 0})
+        if plain:
+            put("missing_normalization", attenuates * (1.0 - init_small) * (1.0 - share),
+                ev_norm)
     elif failure_type == "dead_neurons":
         z = float(extra.get("preact_z", float("nan")))
         if math.isfinite(z):
@@ -262,9 +316,17 @@ def score_causes(failure_type: str, *, onset: int, first_step: int, facts: RunFa
             ev_lr)
         put("saturating_activation", 0.35, {"saturating_modules": list(facts.saturating_modules)})
     elif failure_type == "training_plateau":
-        low = logistic_support(ur, cfg.update_ratio_low, above=False)
+        # Tiny steps, or weights that moved little in the whole run, relative to their size.
+        low = max(logistic_support(ur, cfg.update_ratio_low, above=False),
+                  logistic_support(facts.total_update, cfg.total_update_low, above=False))
         put("learning_rate_too_low", low, {"update_ratio": ur, "threshold": cfg.update_ratio_low,
-                                           "lr": facts.lr})
+                                           "total_update": facts.total_update, "lr": facts.lr})
         put("learning_rate_too_high", 0.5 * lr_high, ev_lr)
         put("init_scale_too_small", 0.5 * init_small, ev_init)
+        if no_clip and facts.recurrent:  # a recurrent net stalled by exploding spikes
+            spikes = logistic_support(float(extra.get("grad_spikiness", math.nan)),
+                                      cfg.grad_spike)
+            put("missing_gradient_clipping", 0.8 * spikes,
+                {"grad_clip": None, "recurrent": True,
+                 "grad_spikiness": extra.get("grad_spikiness")})
     return out

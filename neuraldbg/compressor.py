@@ -7,7 +7,10 @@ what a diagnosis needs:
 - the first occurrence of each kind of event;
 - the propagation of each failure kind: the layer that *produced* it and the layers that
   merely *passed it on*. For dead units and saturation the origin is the layer that failed
-  first (ties broken by forward order: an activation failure travels forward). For a
+  first; onsets within ``window`` steps of the first count as simultaneous (sampling and
+  noise make a few steps meaningless), and among those the most severely affected layer
+  (largest median share from its onset on) is the producer, ties going to forward order
+  (an activation failure travels forward). For a
   non-finite forward pass it is the first non-finite module in forward order at the first
   such step. For vanishing gradients it is where the decay starts: when one module boundary
   accounts for most of the gradient's decay (a dead or saturated layer, a tiny layer) that
@@ -223,7 +226,8 @@ def _vanishing_origin(onsets: list[Event], states: StateTable) -> Propagation:
 
 
 def _nonfinite_origin(states: StateTable) -> Propagation | None:
-    nf = states.measures["nonfinite"]
+    # Forward pass only: gradients turn NaN in the same step as a NaN loss, from the loss.
+    nf = states.measures["act_nonfinite"]
     rows = np.flatnonzero(nf.any(axis=1))
     if not len(rows):
         return None
@@ -239,7 +243,18 @@ def _nonfinite_origin(states: StateTable) -> Propagation | None:
                         "n_nonfinite_at_onset": int(len(cols))})
 
 
-def trace_propagation(onsets: list[Event], states: StateTable) -> dict[str, Propagation]:
+_SEVERITY = {"activation_dead": "act_frac_dead", "activation_saturated": "act_frac_saturated"}
+
+
+def _severity(states: StateTable, ev: Event, column: str) -> float:
+    row = int(np.searchsorted(states.steps, ev.step))
+    tail = states.measures[column][row:, _index(ev)]
+    tail = tail[np.isfinite(tail)]
+    return float(np.median(tail)) if len(tail) else 0.0
+
+
+def trace_propagation(onsets: list[Event], states: StateTable, window: int = 5
+                      ) -> dict[str, Propagation]:
     """Origin and path of each failure kind present in ``onsets``.
 
     Parameters
@@ -247,6 +262,8 @@ def trace_propagation(onsets: list[Event], states: StateTable) -> dict[str, Prop
     onsets : list of Event
         First entries into failure states (:func:`failure_onsets`).
     states : StateTable
+    window : int, default=5
+        Activation-failure onsets this close to the first count as simultaneous.
 
     Returns
     -------
@@ -264,11 +281,21 @@ def trace_propagation(onsets: list[Event], states: StateTable) -> dict[str, Prop
             continue
         backward = kind.startswith("gradient")
         first = min(evs, key=lambda e: (e.step, _index(e)))
+        evidence: dict[str, Any] = {"rule": "earliest_then_forward_order"}
+        if kind in _SEVERITY:
+            column = _SEVERITY[kind]
+            near = [e for e in evs if e.step <= first.step + window]
+            sev = {e.module_name: _severity(states, e, column) for e in near}
+            best = max(near, key=lambda e: (round(sev[e.module_name], 3), -e.step, -_index(e)))
+            if best is not first:
+                evidence = {"rule": "most_severe_within_window", "window": window,
+                            "severity": {k: round(v, 3) for k, v in sev.items()}}
+            first = best
         rest = sorted((e for e in evs if e is not first),
                       key=lambda e: (e.step, -_index(e) if backward else _index(e)))
         out[kind] = Propagation(kind, first.module_name, first.step,
                                 tuple(e.module_name for e in rest), tuple(e.step for e in rest),
-                                {"rule": "earliest_then_forward_order"})
+                                evidence)
     nf = _nonfinite_origin(states)
     if nf is not None:
         out[NONFINITE] = nf
@@ -340,6 +367,6 @@ def compress(events: list[Event], states: StateTable, window: int = 5) -> Compre
     """
     onsets = failure_onsets(events)
     return Compression(first=first_occurrences(events),
-                       propagation=trace_propagation(onsets, states),
+                       propagation=trace_propagation(onsets, states, window),
                        coupled=detect_coupled_failures(events, window), onsets=onsets)
 

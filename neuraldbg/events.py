@@ -86,8 +86,23 @@ class LossDynamics:
         Onsets of loss spikes.
     update_ratio : float
         Median ||dW||/||W|| per step before any failure onset (NaN if unknown).
+    total_update : float
+        Sum of ||dW||/||W|| over the finite steps: how far, relative to their size, the
+        weights moved in the whole run (NaN if unknown).
     grad_growth_max : float
         Largest global gradient norm / baseline before the loss turned non-finite.
+    grad_spikiness : float
+        Largest global gradient norm / its median, before the loss turned non-finite.
+    grad_spike_step : int or None
+        First step with the global gradient norm above ``grad_spike`` x its median.
+    grad_spike_share : float
+        Share of the steps from ``grad_spike_step`` on whose gradient norm is above 3x the
+        median (how persistent the spikes are).
+    grad_spike_episodes : int
+        Separate runs of steps with the gradient norm above ``grad_spike`` x its median.
+    grad_explode_share : float
+        Share of the steps from ``grad_explode_step`` on with the gradient norm still above
+        ``explode_growth_exit`` x baseline or non-finite.
     """
 
     n_steps: int
@@ -102,6 +117,12 @@ class LossDynamics:
     spike_steps: tuple[int, ...]
     update_ratio: float
     grad_growth_max: float
+    grad_spikiness: float = float("nan")
+    grad_spike_step: int | None = None
+    grad_spike_share: float = 0.0
+    grad_explode_share: float = 0.0
+    grad_spike_episodes: int = 0
+    total_update: float = float("nan")
 
 
 def _first(mask: np.ndarray, steps: np.ndarray) -> int | None:
@@ -166,9 +187,29 @@ def loss_dynamics(trace: Trace, config: ThresholdConfig | None = None) -> LossDy
         ggrowth = gnorm / gbase
         gexp = (ggrowth > cfg.explode_growth) | (complete & np.isinf(gnorm))
     grad_explode_step = _first(gexp, steps)
+    explode_share = 0.0
+    if grad_explode_step is not None:
+        i0 = int(np.searchsorted(steps, grad_explode_step))
+        with np.errstate(invalid="ignore"):
+            explode_share = float(np.mean((ggrowth[i0:] > cfg.explode_growth_exit)
+                                          | ~np.isfinite(gnorm[i0:])))
     stop = n if nonfinite_step is None else int(np.searchsorted(steps, nonfinite_step))
     pre = ggrowth[:stop]
     grad_growth_max = float(np.nanmax(pre)) if np.isfinite(pre).any() else float("nan")
+    gpre = gnorm[:stop]
+    gpre_ok = np.isfinite(gpre) & (gpre > 0)
+    spikiness, spike_step, spike_share, spike_count = float("nan"), None, 0.0, 0
+    if gpre_ok.sum() >= cfg.plateau_min_steps:
+        gmed = float(np.median(gpre[gpre_ok]))
+        with np.errstate(invalid="ignore"):
+            spikiness = float(gpre[gpre_ok].max() / gmed)
+            spiked = gpre_ok & (gpre > cfg.grad_spike * gmed)
+        spike_step = _first(spiked, steps[:stop])
+        spike_count = int(len(_onsets(spiked)))
+        if spike_step is not None:
+            i0 = int(np.searchsorted(steps, spike_step))
+            with np.errstate(invalid="ignore"):
+                spike_share = float(np.mean(gpre[i0:] > 3.0 * gmed))
 
     with np.errstate(invalid="ignore", divide="ignore"):
         lr_ratio = lr[1:] / lr[:-1]
@@ -198,11 +239,16 @@ def loss_dynamics(trace: Trace, config: ThresholdConfig | None = None) -> LossDy
     u = upd[:max(end, 1)]
     u = u[np.isfinite(u) & (u > 0)]
     update_ratio = float(np.median(u)) if len(u) else float("nan")
+    u_all = upd[np.isfinite(upd)]
+    total_update = float(u_all.sum()) if len(u_all) else float("nan")
     return LossDynamics(
         n_steps=n, baseline=baseline, improvement=improvement, stall=stall,
         plateau_step=plateau_step, nonfinite_step=nonfinite_step, blowup_step=blowup_step,
         grad_explode_step=grad_explode_step, lr_jump_steps=lr_jump_steps,
-        spike_steps=spike_steps, update_ratio=update_ratio, grad_growth_max=grad_growth_max)
+        spike_steps=spike_steps, update_ratio=update_ratio, grad_growth_max=grad_growth_max,
+        grad_spikiness=spikiness, grad_spike_step=spike_step, grad_spike_share=spike_share,
+        grad_explode_share=explode_share, grad_spike_episodes=spike_count,
+        total_update=total_update)
 
 
 def _round(value: Any) -> Any:

@@ -29,22 +29,27 @@ its baseline before the loss turned non-finite (or blew up, if it never did) and
 learning-rate jump preceded the blow-up; loss divergence otherwise. The chosen one keeps
 its probability and the other is halved; a symptom that a prior one
 explains (dead or saturated units blocking the gradient upstream, an instability killing
-units, any failure stalling the loss) is discounted by ``(1 - 0.8 x P(explaining symptom))``
-(at most 80% explained away, so a strong symptom with a weak explanation keeps weight).
+units, any failure stalling the loss) is discounted by ``(1 - 0.8 x P(explaining) x w)``:
+at most 80% explained away, so a strong symptom with a weak explanation keeps weight, and
+``w = min(1, consistency(explaining) / consistency(explained))`` so that a transient
+instability does not explain away a failure that lasts to the end (``w = 1`` for a
+plateau, which the vocabulary keeps for stalls with healthy gradients).
 
 Each hypothesis pairs a symptom with one cause::
 
-    confidence = P(symptom) x (0.6 + 0.4 x share(cause))
+    confidence = P(symptom) x (1 - 0.4 x (1 - support(cause) / support(best cause)))
 
-where ``share`` is the cause's support over the support of all candidates plus "unknown"
-(whose support is the chance that no candidate holds, ``prod(1 - support)``). The symptom
-decides most of the confidence and the cause orders the hypotheses of one symptom; no
-constant lets a cause outrank a symptom with stronger evidence.
+over the candidate causes plus "unknown" (whose support is the chance that no candidate
+holds, ``prod(1 - support)``). The best-supported cause carries the symptom's probability,
+so an ambiguous cause never makes a clear failure look healthy; weaker alternatives follow
+in the order of their support, down to 0.6 x P(symptom). No constant lets a cause outrank a
+symptom with stronger evidence.
 """
 
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,7 +59,7 @@ from neuraldbg.causes import RunFacts, score_causes
 from neuraldbg.compressor import NONFINITE, Compression, Propagation
 from neuraldbg.events import LossDynamics
 from neuraldbg.records import Hypothesis
-from neuraldbg.states import ACTIVATION_STATES, GRADIENT_STATES, GradientHealth, StateTable
+from neuraldbg.states import StateTable
 from neuraldbg.trace import Trace
 
 __all__ = ["Symptom", "RootCause", "find_symptoms", "resolve_overlaps", "generate_hypotheses",
@@ -192,10 +197,42 @@ def _col(states: StateTable, layer: str) -> int:
     return states.module_names.index(layer)
 
 
-def _persistence(codes: np.ndarray, row: int, col: int, bad: tuple[int, ...]) -> float:
-    tail = codes[row:, col]
-    tail = tail[tail >= 0]
-    return float(np.isin(tail, bad).mean()) if len(tail) else 0.0
+def _persistence(flag: np.ndarray, observed: np.ndarray, row: int, col: int) -> float:
+    """Share of the observed steps from ``row`` on where ``flag`` holds in column ``col``."""
+    seen = observed[row:, col]
+    return float(flag[row:, col][seen].mean()) if seen.any() else 0.0
+
+
+def _activation_decay_share(states: StateTable, row: int, deepest: int) -> float:
+    """Share of the gradient's decay (in decades) from the output down to module ``deepest``
+    that happens across sigmoid/tanh modules, at recorded row ``row``.
+
+    A sigmoid passes at most 1/4 of the gradient, so a deep sigmoid stack decays mostly
+    across its activations; a tanh in its linear range passes ~all of it, so a stack whose
+    weights are too small decays across its Linear layers instead.
+    """
+    g = states.measures["out_grad_norm"][row]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        logg = np.log10(np.clip(g, 1e-30, None))
+    drops = np.nan_to_num(logg[deepest + 1:] - logg[deepest:-1], nan=0.0)
+    drops = np.clip(drops, 0.0, None)  # module k+1 attenuates by drops[k - deepest]
+    fams = np.asarray(states.families[deepest + 1:], dtype=object)
+    total = float(drops.sum())
+    if total <= 0:
+        return 0.0
+    return float(drops[np.isin(fams, ("sigmoid", "tanh"))].sum() / total)
+
+
+def _spiking_layer(states: StateTable, onset: int, facts: RunFacts) -> str:
+    """Module whose parameter gradient is furthest above its own median at ``onset``."""
+    pg = states.measures["param_grad_norm"]
+    row = _row(states, onset)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        rel = pg[row] / np.nanmedian(pg, axis=0)
+    if not np.isfinite(rel).any():
+        return facts.first_layer
+    return states.module_names[int(np.nanargmax(np.where(np.isfinite(rel), rel, -np.inf)))]
 
 
 def _tail_median(values: np.ndarray, row: int, col: int) -> float:
@@ -207,9 +244,8 @@ def _tail_median(values: np.ndarray, row: int, col: int) -> float:
 def _activation_symptom(kind: str, failure: str, share_col: str, thr: float, prop: Propagation,
                         states: StateTable, dyn: LossDynamics) -> Symptom:
     row, col = _row(states, prop.origin_step), _col(states, prop.origin_layer)
-    code = ACTIVATION_STATES.index(next(s for s in ACTIVATION_STATES if s.value == kind))
     share = _tail_median(states.measures[share_col], row, col)
-    pers = _persistence(states.act_state, row, col, (code,))
+    pers = _persistence(states.measures[f"is_{kind}"], states.measures["observed"], row, col)
     return Symptom(failure, prop.origin_layer, prop.origin_step, share_strength(share, thr),
                    0.5 + 0.5 * pers, 1.0, {share_col: share, "persistence": pers,
                                            "threshold": thr}, prop)
@@ -228,53 +264,72 @@ def find_symptoms(trace: Trace, states: StateTable, dyn: LossDynamics, comp: Com
     if "gradient_vanishing" in prop:
         p = prop["gradient_vanishing"]
         row = _row(states, p.origin_step)
-        vanished = [e for e in comp.onsets if e.kind == "gradient_vanishing"
-                    and e.step == p.origin_step]
-        deepest = min(e.evidence["forward_index"] for e in vanished)
-        min_ratio = float(np.nanmin(m["grad_ratio"][row, [e.evidence["forward_index"]
-                                                          for e in vanished]]))
-        code = GRADIENT_STATES.index(GradientHealth.VANISHING)
-        pers = _persistence(states.grad_state, row, deepest, (code,))
-        fams = states.families[deepest:]
-        acts = [f for f in fams if f in _ACTIVATIONS]
-        sat_share = sum(f in ("sigmoid", "tanh") for f in acts) / len(acts) if acts else 0.0
+        vanished = [e.evidence["forward_index"] for e in comp.onsets
+                    if e.kind == "gradient_vanishing" and e.step == p.origin_step]
+        deepest = min(vanished)
+        min_ratio = float(np.nanmin(m["grad_ratio"][row, vanished]))
+        pers = _persistence(m["is_vanishing"], m["observed"], row, deepest)
         strength = 1.0 if min_ratio <= 0 else ratio_strength(cfg.rel_vanish / min_ratio, 1.0)
+        act_share = _activation_decay_share(states, row, deepest)
         out.append(Symptom("vanishing_gradients", p.origin_layer, p.origin_step, strength,
                            0.5 + 0.5 * pers, 0.4 + 0.6 * stall,
                            {"min_grad_ratio": min_ratio, "threshold": cfg.rel_vanish,
                             "n_vanished_layers": len(vanished), "persistence": pers,
-                            "loss_stall": stall}, p, {"saturating_share": sat_share}))
+                            "loss_stall": stall, "activation_decay_share": act_share}, p,
+                           {"activation_decay_share": act_share}))
 
     loss_bad = [s for s in (dyn.nonfinite_step, dyn.blowup_step) if s is not None]
     nf = prop.get(NONFINITE)
-    if "gradient_exploding" in prop or dyn.grad_explode_step is not None:
-        p = prop.get("gradient_exploding")
-        onsets = [s for s in ((p.origin_step if p else None), dyn.grad_explode_step)
-                  if s is not None]
-        layer = p.origin_layer if p else facts.first_layer
+    p = prop.get("gradient_exploding")
+    spiky = dyn.grad_spike_step is not None
+    if p is not None or dyn.grad_explode_step is not None or spiky:
+        # Onset: a module exploding at the first observation exploded through depth at init
+        # (only per-module statistics show it); otherwise growth over time is dated on the
+        # every-step global gradient norm, then on its spikes.
+        mod_onset = p.origin_step if p is not None else None
+        if mod_onset is not None and mod_onset <= first_step:
+            onset = mod_onset
+        elif dyn.grad_explode_step is not None:
+            onset = dyn.grad_explode_step
+        elif spiky:
+            onset = int(dyn.grad_spike_step)  # type: ignore[arg-type]
+        else:
+            onset = int(mod_onset)  # type: ignore[arg-type]
+        layer = p.origin_layer if p is not None else _spiking_layer(states, onset, facts)
         growth = dyn.grad_growth_max
         mod_growth = m["grad_growth"]
         if np.isfinite(mod_growth).any():
             growth = float(np.nanmax([growth if not math.isnan(growth) else 0.0,
                                       np.nanmax(mod_growth)]))
-        if math.isnan(growth) and nf is not None:
+        if math.isnan(growth) and (nf is not None or dyn.nonfinite_step is not None):
             growth = math.inf
-        pers = 1.0
+        strength = max(ratio_strength(growth, cfg.explode_growth),
+                       ratio_strength(dyn.grad_spikiness, cfg.grad_spike))
+        # Growth is consistent when it lasts; spikes are sporadic by nature, so two separate
+        # spike episodes are a recurring pattern (spikes count only without growth).
+        grew = p is not None or dyn.grad_explode_step is not None
+        pers = dyn.grad_explode_share if grew else min(1.0, dyn.grad_spike_episodes / 2.0)
         if p is not None:
-            code = GRADIENT_STATES.index(GradientHealth.EXPLODING)
-            pers = _persistence(states.grad_state, _row(states, p.origin_step),
-                                _col(states, layer), (code,))
-        out.append(Symptom("exploding_gradients", layer, min(onsets),
-                           ratio_strength(growth, cfg.explode_growth), 0.5 + 0.5 * pers,
-                           1.0 if loss_bad else 0.5,
+            pers = max(pers, _persistence(m["is_exploding"], m["observed"],
+                                          _row(states, p.origin_step), _col(states, layer)))
+        out.append(Symptom("exploding_gradients", layer, onset, strength, 0.5 + 0.5 * pers,
+                           1.0 if loss_bad else 0.4 + 0.6 * stall,
                            {"grad_growth_max": growth, "threshold": cfg.explode_growth,
-                            "global_onset": dyn.grad_explode_step, "persistence": pers}, p))
+                            "grad_spikiness": dyn.grad_spikiness,
+                            "global_onset": dyn.grad_explode_step,
+                            "spike_onset": dyn.grad_spike_step, "persistence": pers}, p,
+                           {"grad_spikiness": dyn.grad_spikiness}))
 
     if loss_bad or nf is not None:
         onset = min(loss_bad + ([nf.origin_step] if nf is not None else []))
-        anom = prop.get("activation_anomalous")
-        origin = nf or anom
+        origin = nf or prop.get("activation_anomalous")
         layer = origin.origin_layer if origin else facts.first_layer
+        first_nonfinite = nf.origin_layer if nf else None
+        if dyn.nonfinite_step is not None and (nf is None or dyn.nonfinite_step < nf.origin_step):
+            # The loss turned non-finite while every module output was finite: the value
+            # overflowed after the last module (in the loss on its output); the modules going
+            # NaN the step after only carry the NaN update.
+            layer, first_nonfinite, origin = states.module_names[-1], "<loss>", None
         loss = trace.steps["loss"].to_numpy(dtype=float, na_value=np.nan)
         steps = trace.steps["step"].to_numpy()
         tail = loss[steps >= onset]
@@ -288,7 +343,7 @@ def find_symptoms(trace: Trace, states: StateTable, dyn: LossDynamics, comp: Com
                                                         cfg.loss_blowup)
         out.append(Symptom("loss_divergence", layer, onset, strength, 0.5 + 0.5 * bad_share, 1.0,
                            {"nonfinite_step": dyn.nonfinite_step, "blowup_step": dyn.blowup_step,
-                            "first_nonfinite_module": nf.origin_layer if nf else None,
+                            "first_nonfinite_module": first_nonfinite,
                             "loss_peak": peak, "loss_baseline": dyn.baseline,
                             "share_of_steps_diverged": bad_share}, origin))
 
@@ -323,7 +378,8 @@ def find_symptoms(trace: Trace, states: StateTable, dyn: LossDynamics, comp: Com
         strength = 0.5 + 0.5 * float(np.clip((cfg.plateau_improvement - imp)
                                              / cfg.plateau_improvement, 0.0, 1.0))
         out.append(Symptom("training_plateau", facts.first_layer, dyn.plateau_step, strength,
-                           1.0, 1.0, {"improvement": imp, "threshold": cfg.plateau_improvement}))
+                           1.0, 1.0, {"improvement": imp, "threshold": cfg.plateau_improvement},
+                           extra={"grad_spikiness": dyn.grad_spikiness}))
     return out
 
 
@@ -339,7 +395,10 @@ def resolve_overlaps(symptoms: list[Symptom], dyn: LossDynamics, facts: RunFacts
         t_loss = next((s for s in (dyn.nonfinite_step, dyn.blowup_step) if s is not None),
                       div.origin_step)
         t_grad = exp.origin_step
-        jump = any(t_loss - cfg.lr_jump_window <= s <= t_loss for s in facts.lr_jump_steps)
+        # A learning-rate jump just before the gradients grew or the loss blew up triggered
+        # them: the gradients did not lead on their own.
+        refs = [t for t in (t_grad, dyn.blowup_step, dyn.nonfinite_step) if t is not None]
+        jump = any(r - cfg.lr_jump_window <= s <= r for s in facts.lr_jump_steps for r in refs)
         lead = t_grad < t_loss and not jump
         winner, loser = (exp, div) if lead else (div, exp)
         loser.discount *= 0.5
@@ -354,7 +413,9 @@ def resolve_overlaps(symptoms: list[Symptom], dyn: LossDynamics, facts: RunFacts
             continue
         for effect in _EXPLAINS.get(cause, ()):
             b = by.get(effect)
-            if b is None or b.origin_step < a.origin_step or b is a:
+            # A stall is judged on the whole run: a later failure can explain it too.
+            if b is None or b is a or (b.origin_step < a.origin_step
+                                       and effect != "training_plateau"):
                 continue
             blocks = cause in ("dead_neurons", "saturated_activations")
             if blocks and effect == "vanishing_gradients":
@@ -363,7 +424,12 @@ def resolve_overlaps(symptoms: list[Symptom], dyn: LossDynamics, facts: RunFacts
                         names.index(b.origin_layer) > names.index(a.origin_layer)):
                     continue
             pa = a.probability
-            b.discount *= 1.0 - _EXPLAIN_SHARE * pa
+            # A transient instability does not explain away a failure that lasts to the
+            # end (a layer it killed): weight by relative persistence. A plateau is always
+            # fully explained: the vocabulary keeps it for stalls with healthy gradients.
+            weight = 1.0 if effect == "training_plateau" else min(
+                1.0, a.consistency / max(b.consistency, 1e-9))
+            b.discount *= 1.0 - _EXPLAIN_SHARE * pa * weight
             b.explained_by[cause] = pa
     # Dead units after an instability: the instability's cause is a candidate cause.
     dead = by.get("dead_neurons")
@@ -394,12 +460,10 @@ def generate_hypotheses(symptoms: list[Symptom], comp: Compression, facts: RunFa
         causes = score_causes(sym.failure_type, onset=sym.origin_step, first_step=first_step,
                               facts=facts, cfg=cfg, extra=sym.extra)
         unknown = float(np.prod([1.0 - s for s, _ in causes.values()])) if causes else 1.0
-        total = sum(s for s, _ in causes.values()) + unknown
-        ranked = sorted(((c, s / total, ev) for c, (s, ev) in causes.items()),
-                        key=lambda t: -t[1])
-        ranked.append(("unknown", unknown / total, {}))
+        ranked = [(c, s, ev) for c, (s, ev) in causes.items()] + [("unknown", unknown, {})]
         ranked.sort(key=lambda t: -t[1])
-        kept = [r for r in ranked if r[1] >= 0.1][:max_causes] or ranked[:1]
+        best = max(ranked[0][1], 1e-9)
+        kept = [r for r in ranked if r[1] >= 0.25 * best][:max_causes]
         prop = sym.propagation
         base_meta = {
             "propagation": (None if prop is None else
@@ -410,11 +474,13 @@ def generate_hypotheses(symptoms: list[Symptom], comp: Compression, facts: RunFa
             "cause_support": {c: s for c, (s, _) in causes.items()},
             "explained_by": sym.explained_by,
         }
-        for cause, share, cause_ev in kept:
-            conf = p_sym * (0.6 + 0.4 * share)
+        for cause, support, cause_ev in kept:
+            share = support / best
+            conf = p_sym * (1.0 - 0.4 * (1.0 - share))
             meta = {**base_meta, "cause_evidence": cause_ev, "confidence_terms": {
                 "strength": sym.strength, "consistency": sym.consistency,
-                "impact": sym.impact, "discount": sym.discount, "cause_share": share}}
+                "impact": sym.impact, "discount": sym.discount,
+                "cause_support_relative": share}}
             out.append(Hypothesis(sym.failure_type, cause, sym.origin_layer, int(sym.origin_step),
                                   float(round(conf, 6)), _clean(meta)))
     out.sort(key=lambda h: (-h.confidence, h.origin_step))

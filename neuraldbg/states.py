@@ -93,6 +93,10 @@ class ThresholdConfig:
     explode_depth : float, default=100.0
         A module gradient this many times the output module's gradient at the same step is
         exploding through depth (AutoTrainer flags a first/last ratio above 70).
+    grad_spike : float, default=10.0
+        A global gradient norm above this multiple of its run median is a spike: sporadic
+        explosions (a recurrent net without clipping) that never grow 100x over the start.
+        Healthy runs peak at ~2-5x their median.
     baseline_steps : int, default=5
         A gradient's early baseline is the smallest of its first this-many recorded values
         (the smallest, since a run that explodes from step 2 would lift a median); an
@@ -145,12 +149,26 @@ class ThresholdConfig:
     update_ratio_high : float, default=1e-2
         ||dW||/||W|| per step above this is a large learning rate: ~1e-3 is the usual healthy
         value (Karpathy's rule of thumb); 10x more moves weights ~1% a step.
-    update_ratio_low : float, default=1e-5
-        ... and below this (100x under the healthy value) the weights barely move.
+    update_ratio_low : float, default=1e-4
+        ... and below this (10x under the healthy value) the weights barely move. Adam's
+        update is ~lr per weight, so a too-low Adam learning rate shows here too.
+    total_update_low : float, default=0.1
+        Weights that moved less than this share of their norm over the whole run (the sum
+        of the per-step update ratios) barely trained: a learning rate too low for the run.
+    init_scale_high : float, default=2.0
+        When the config names the init scheme: a measured gain above this multiple of the
+        scheme's own gain is an init too large (a deep ReLU stack at 2x Kaiming grows its
+        signal 2x per layer).
+    init_scale_low : float, default=0.25
+        ... and below this fraction of it, an init too small.
+    depth_gain_high : float, default=10.0
+        A signal growing (or shrinking, at 1/10) this much from the first to the last
+        Linear/Conv layer at the first step, with every layer's own gain sound, means the
+        network lacks normalization.
     init_gain_high : float, default=3.0
-        Median init gain rms(out)/rms(in) of Linear/Conv layers above this is an init too
-        large: PyTorch's default gives 1/sqrt(3) ~ 0.58, Kaiming-ReLU ~1.41 (the largest
-        standard init); 3 is 5x the default.
+        Without a known scheme: median init gain std(out)/rms(in) of Linear/Conv layers
+        above this is an init too large. PyTorch's default gives 1/sqrt(3) ~ 0.58,
+        Kaiming-ReLU ~1.41 (the largest standard init); 3 is 5x the default.
     init_gain_low : float, default=0.12
         ... below this (a fifth of the default) an init too small.
     default_gain : float, default=0.577
@@ -170,6 +188,7 @@ class ThresholdConfig:
     explode_growth: float = 100.0
     explode_growth_exit: float = 10.0
     explode_depth: float = 100.0
+    grad_spike: float = 10.0
     baseline_steps: int = 5
     baseline_floor: float = 1e-3
     dead_frac: float = 0.6
@@ -189,7 +208,11 @@ class ThresholdConfig:
     lr_jump: float = 3.0
     lr_jump_window: int = 5
     update_ratio_high: float = 1e-2
-    update_ratio_low: float = 1e-5
+    update_ratio_low: float = 1e-4
+    total_update_low: float = 0.1
+    init_scale_high: float = 2.0
+    init_scale_low: float = 0.25
+    depth_gain_high: float = 10.0
     init_gain_high: float = 3.0
     init_gain_low: float = 0.12
     default_gain: float = 0.577
@@ -216,7 +239,8 @@ class ThresholdConfig:
 
 #: Statistics the classifier reads (columns of ``trace.stats``).
 _COLUMNS = ("calls", "out_grad_norm", "act_mean", "act_std", "act_max_abs", "act_frac_dead",
-            "act_frac_saturated", "act_nan", "act_inf", "param_norm")
+            "act_frac_saturated", "act_nan", "act_inf", "param_norm", "param_grad_norm",
+            "update_ratio")
 
 
 def wide_stats(trace: Trace, columns: tuple[str, ...] | list[str] = _COLUMNS
@@ -286,7 +310,10 @@ class StateTable:
         The measured quantities behind the states, same shape: the raw statistics plus
         ``grad_ratio`` (gradient / largest gradient at the step), ``grad_growth`` (gradient /
         own early baseline), ``grad_drop`` (input-side / output-side gradient), ``nonfinite``
-        and ``act_growth``.
+        (output or gradient), ``act_nonfinite`` (output only) and ``act_growth``; and one
+        boolean mask per condition (``is_vanishing``, ``is_exploding``, ``is_dead``,
+        ``is_saturated``, ``is_anomalous``), since a cell in two conditions shows only the
+        higher-priority one in the state arrays.
     config : ThresholdConfig
     """
 
@@ -361,8 +388,8 @@ def classify_states(trace: Trace, config: ThresholdConfig | None = None) -> Stat
     calls = np.nan_to_num(t["calls"], nan=0.0)
     observed = calls > 0
     g = t["out_grad_norm"]
-    nonfinite = observed & ((np.nan_to_num(t["act_nan"]) + np.nan_to_num(t["act_inf"]) > 0)
-                            | np.isinf(g) | (np.isnan(g) & observed))
+    act_nonfinite = observed & (np.nan_to_num(t["act_nan"]) + np.nan_to_num(t["act_inf"]) > 0)
+    nonfinite = act_nonfinite | (observed & ~np.isfinite(g))
     finite_g = observed & np.isfinite(g) & ~nonfinite
     # A module whose gradient is exactly zero at every step and which sits before the first
     # trainable module measures nothing (its output needs no gradient): not "vanishing".
@@ -407,8 +434,8 @@ def classify_states(trace: Trace, config: ThresholdConfig | None = None) -> Stat
     with np.errstate(all="ignore"):
         std_base = _early_baseline(std, observed & np.isfinite(std) & (std > 0), cfg.baseline_steps)
         act_growth = std / std_base[None, :]
-    anomalous = nonfinite | (observed & ((t["act_max_abs"] > cfg.act_overflow)
-                                         | (act_growth > cfg.act_growth)))
+    huge = observed & ~nonfinite & ((t["act_max_abs"] > cfg.act_overflow)
+                                    | (act_growth > cfg.act_growth))
     act_ok = observed & ~nonfinite
     dead_frac = np.nan_to_num(t["act_frac_dead"])
     dead = _hysteresis(act_ok & (dead_frac >= cfg.dead_frac),
@@ -424,9 +451,12 @@ def classify_states(trace: Trace, config: ThresholdConfig | None = None) -> Stat
 
     act_state = np.full((n_s, n_m), UNOBSERVED, dtype=np.int8)
     act_state[observed] = ACTIVATION_STATES.index(ActivationHealth.NORMAL)
+    # Priority: non-finite > dead > huge > saturated. A layer whose live units blew up but
+    # most of whose units are dead is dead first (the blow-up is the divergence's evidence).
     act_state[saturated] = ACTIVATION_STATES.index(ActivationHealth.SATURATED)
+    act_state[huge] = ACTIVATION_STATES.index(ActivationHealth.ANOMALOUS)
     act_state[dead] = ACTIVATION_STATES.index(ActivationHealth.DEAD)
-    act_state[anomalous] = ACTIVATION_STATES.index(ActivationHealth.ANOMALOUS)
+    act_state[nonfinite] = ACTIVATION_STATES.index(ActivationHealth.ANOMALOUS)
 
     grad_state = np.full((n_s, n_m), UNOBSERVED, dtype=np.int8)
     grad_state[grad_observed] = GRADIENT_STATES.index(GradientHealth.HEALTHY)
@@ -445,7 +475,14 @@ def classify_states(trace: Trace, config: ThresholdConfig | None = None) -> Stat
         "grad_drop": drop,
         "act_growth": act_growth,
         "nonfinite": nonfinite,
+        "act_nonfinite": act_nonfinite,
         "observed": observed,
+        # Each condition on its own (the state arrays keep only the highest-priority one).
+        "is_vanishing": vanishing,
+        "is_exploding": exploding,
+        "is_dead": dead,
+        "is_saturated": saturated,
+        "is_anomalous": nonfinite | huge,
     }
     return StateTable(steps=steps, module_names=names, module_types=types, families=families,
                       grad_state=grad_state, act_state=act_state, measures=measures, config=cfg)
