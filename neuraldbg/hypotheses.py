@@ -223,6 +223,17 @@ def _activation_decay_share(states: StateTable, row: int, deepest: int) -> float
     return float(drops[np.isin(fams, ("sigmoid", "tanh"))].sum() / total)
 
 
+def _weighted_producer(trace: Trace, states: StateTable, col: int) -> int:
+    """``col``, or the nearest module before it in forward order that has trainable
+    parameters (``col`` itself when there is none)."""
+    n_train = (trace.modules.set_index("module_name")["n_trainable"]
+               .reindex(states.module_names).fillna(0).to_numpy())
+    for j in range(col, -1, -1):
+        if n_train[j] > 0:
+            return j
+    return col
+
+
 def _spiking_layer(states: StateTable, onset: int, facts: RunFacts) -> str:
     """Module whose parameter gradient is furthest above its own median at ``onset``."""
     pg = states.measures["param_grad_norm"]
@@ -280,43 +291,50 @@ def find_symptoms(trace: Trace, states: StateTable, dyn: LossDynamics, comp: Com
 
     loss_bad = [s for s in (dyn.nonfinite_step, dyn.blowup_step) if s is not None]
     nf = prop.get(NONFINITE)
+    # Module explosions on finite values only: rows after a NaN belong to the divergence.
+    finite_rows = ~m["nonfinite"].any(axis=1)
+    exploding = m["is_exploding"] & finite_rows[:, None]
+    mod_rows = np.flatnonzero(exploding.any(axis=1))
+    mod_onset = int(states.steps[mod_rows[0]]) if len(mod_rows) else None
+    mod_col = int(np.argmax(exploding[mod_rows[0]])) if len(mod_rows) else -1
     p = prop.get("gradient_exploding")
     spiky = dyn.grad_spike_step is not None
-    if p is not None or dyn.grad_explode_step is not None or spiky:
+    if mod_onset is not None or dyn.grad_explode_step is not None or spiky:
         # Onset: a module exploding at the first observation exploded through depth at init
-        # (only per-module statistics show it); otherwise growth over time is dated on the
-        # every-step global gradient norm, then on its spikes.
-        mod_onset = p.origin_step if p is not None else None
+        # (only per-module statistics show it); otherwise the earliest of the every-step
+        # global gradient norm's growth and its spikes.
         if mod_onset is not None and mod_onset <= first_step:
             onset = mod_onset
-        elif dyn.grad_explode_step is not None:
-            onset = dyn.grad_explode_step
-        elif spiky:
-            onset = int(dyn.grad_spike_step)  # type: ignore[arg-type]
         else:
-            onset = int(mod_onset)  # type: ignore[arg-type]
-        layer = p.origin_layer if p is not None else _spiking_layer(states, onset, facts)
+            timed = [t for t in (dyn.grad_explode_step, dyn.grad_spike_step) if t is not None]
+            onset = min(timed) if timed else int(mod_onset)  # type: ignore[arg-type]
+        if mod_col >= 0:
+            # Weight gradients explode in layers with weights: a parameter-free module
+            # (activation, pooling) reports the parameterised layer that feeds it.
+            layer = states.module_names[_weighted_producer(trace, states, mod_col)]
+        else:
+            layer = _spiking_layer(states, onset, facts)
         growth = dyn.grad_growth_max
-        mod_growth = m["grad_growth"]
+        mod_growth = np.where(finite_rows[:, None], m["grad_growth"], np.nan)
         if np.isfinite(mod_growth).any():
             growth = float(np.nanmax([growth if not math.isnan(growth) else 0.0,
                                       np.nanmax(mod_growth)]))
-        if math.isnan(growth) and (nf is not None or dyn.nonfinite_step is not None):
-            growth = math.inf
         strength = max(ratio_strength(growth, cfg.explode_growth),
                        ratio_strength(dyn.grad_spikiness, cfg.grad_spike))
         # Growth is consistent when it lasts; spikes are sporadic by nature, so two separate
         # spike episodes are a recurring pattern (spikes count only without growth).
-        grew = p is not None or dyn.grad_explode_step is not None
+        grew = mod_onset is not None or dyn.grad_explode_step is not None
         pers = dyn.grad_explode_share if grew else min(1.0, dyn.grad_spike_episodes / 2.0)
-        if p is not None:
-            pers = max(pers, _persistence(m["is_exploding"], m["observed"],
-                                          _row(states, p.origin_step), _col(states, layer)))
+        if mod_col >= 0:
+            pers = max(pers, _persistence(exploding, m["observed"] & finite_rows[:, None],
+                                          int(mod_rows[0]), mod_col))
+        lead_onsets = [t for t in (mod_onset, dyn.grad_explode_step) if t is not None]
         out.append(Symptom("exploding_gradients", layer, onset, strength, 0.5 + 0.5 * pers,
                            1.0 if loss_bad else 0.4 + 0.6 * stall,
                            {"grad_growth_max": growth, "threshold": cfg.explode_growth,
                             "grad_spikiness": dyn.grad_spikiness,
                             "global_onset": dyn.grad_explode_step,
+                            "growth_onset": min(lead_onsets) if lead_onsets else None,
                             "spike_onset": dyn.grad_spike_step, "persistence": pers}, p,
                            {"grad_spikiness": dyn.grad_spikiness}))
 
@@ -336,15 +354,25 @@ def find_symptoms(trace: Trace, states: StateTable, dyn: LossDynamics, comp: Com
         with np.errstate(invalid="ignore"):
             diverged = ~np.isfinite(tail) | (tail > cfg.loss_blowup * abs(dyn.baseline))
         bad_share = float(np.mean(diverged)) if len(tail) else 1.0
-        finite_loss = loss[np.isfinite(loss)]
-        peak = float(finite_loss.max()) if len(finite_loss) else math.nan
+        # How far the loss rose from where it stood just before (a converged run that jumps
+        # back up diverged even if it stays under its starting level), and whether it stayed.
+        before = loss[(steps < onset) & np.isfinite(loss)][-cfg.loss_window:]
+        level = float(np.median(before)) if len(before) else abs(dyn.baseline)
+        level = max(level, 1e-12)
+        finite_tail = tail[np.isfinite(tail)]
+        peak = float(finite_tail.max()) if len(finite_tail) else math.nan
+        final = (float(np.median(finite_tail[-cfg.loss_window:])) if len(finite_tail)
+                 else math.nan)
+        damage = 1.0 if not np.isfinite(tail[-1:]).all() else ratio_strength(
+            final / level, cfg.loss_blowup)
         nonfinite = dyn.nonfinite_step is not None or nf is not None
-        strength = 1.0 if nonfinite else ratio_strength(peak / max(abs(dyn.baseline), 1e-12),
-                                                        cfg.loss_blowup)
-        out.append(Symptom("loss_divergence", layer, onset, strength, 0.5 + 0.5 * bad_share, 1.0,
+        strength = 1.0 if nonfinite else ratio_strength(peak / level, cfg.loss_blowup)
+        out.append(Symptom("loss_divergence", layer, onset, strength,
+                           0.5 + 0.5 * max(bad_share, damage), 1.0,
                            {"nonfinite_step": dyn.nonfinite_step, "blowup_step": dyn.blowup_step,
                             "first_nonfinite_module": first_nonfinite,
-                            "loss_peak": peak, "loss_baseline": dyn.baseline,
+                            "loss_peak": peak, "loss_before": level, "loss_final": final,
+                            "loss_baseline": dyn.baseline,
                             "share_of_steps_diverged": bad_share}, origin))
 
     if "activation_dead" in prop:
@@ -394,7 +422,9 @@ def resolve_overlaps(symptoms: list[Symptom], dyn: LossDynamics, facts: RunFacts
         # or against its blow-up when it never does.
         t_loss = next((s for s in (dyn.nonfinite_step, dyn.blowup_step) if s is not None),
                       div.origin_step)
-        t_grad = exp.origin_step
+        # Spikes do not count as a lead: only growth by orders of magnitude does.
+        growth_onset = exp.evidence.get("growth_onset")
+        t_grad = growth_onset if growth_onset is not None else t_loss
         # A learning-rate jump just before the gradients grew or the loss blew up triggered
         # them: the gradients did not lead on their own.
         refs = [t for t in (t_grad, dyn.blowup_step, dyn.nonfinite_step) if t is not None]
