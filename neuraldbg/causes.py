@@ -21,7 +21,14 @@ so a cause is favoured exactly as far as its evidence reaches:
 - pre-activations: mean/std of the output feeding a dead layer (a large negative bias puts
   it far below zero from the first step);
 - architecture and config: activation families, normalization layers, recurrent modules,
-  configured gradient clipping (``trace.meta["config"]``, never the ground truth).
+  configured gradient clipping, the init scheme's name (``trace.meta["config"]``, never the
+  ground truth, and never the init gain: that is what the trace measures).
+
+Two causes the trace cannot measure keep a fixed, low support so that they are offered as
+alternatives: ``saturating_activation`` (0.35) for saturated units, since replacing the
+activation is always a valid fix, and ``missing_gradient_clipping`` (0.25) for an
+explosion in a non-recurrent net without configured clipping. Both rank below any cause
+whose evidence is measured beyond its threshold (support > 0.5).
 """
 
 from __future__ import annotations

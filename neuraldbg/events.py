@@ -264,7 +264,8 @@ def _module_events(states: StateTable, domain: str) -> list[Event]:
     codes = states.grad_state if domain == "gradient" else states.act_state
     labels = GRADIENT_STATES if domain == "gradient" else ACTIVATION_STATES
     healthy = 0  # HEALTHY / NORMAL are the first members of both enums
-    evidence_cols = _GRAD_EVIDENCE if domain == "gradient" else _ACT_EVIDENCE
+    evidence_cols: dict[Any, tuple[str, ...]] = (_GRAD_EVIDENCE if domain == "gradient"
+                                                 else _ACT_EVIDENCE)
     if codes.size == 0:
         return []
     seen = np.where(codes >= 0, codes.astype(np.float64), np.nan)

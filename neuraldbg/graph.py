@@ -113,10 +113,10 @@ def build_causal_graph(hypotheses: Sequence[Hypothesis],
     # Coupled failures with a named mechanism, from an origin layer to a layer in the graph
     # (same-kind spread is already drawn as the propagation path; no 2-cycles).
     origins = {f"layer:{h.origin_layer}" for h in best.values()}
-    for c in coupled:
-        u, v = f"layer:{c.cause.module_name}", f"layer:{c.effect.module_name}"
-        if u in origins and v in g and c.relation not in ("propagates", "co_occurs"):
-            _add_edge(g, u, v, c.relation, c.step_gap)
+    for pair in coupled:
+        u, v = f"layer:{pair.cause.module_name}", f"layer:{pair.effect.module_name}"
+        if u in origins and v in g and pair.relation not in ("propagates", "co_occurs"):
+            _add_edge(g, u, v, pair.relation, pair.step_gap)
     return g
 
 

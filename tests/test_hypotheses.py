@@ -7,8 +7,8 @@ import pytest
 from reasoner_traces import make_trace
 
 from neuraldbg.causes import logistic_support
-from neuraldbg.hypotheses import ratio_strength, share_strength
 from neuraldbg.methods import diagnose, explain
+from neuraldbg.symptoms import ratio_strength, share_strength
 
 
 def _dead_trace(share, n=60, stall=True):
