@@ -14,16 +14,16 @@ __all__: list[str] = []
     kind="failure",
     architecture="MLP",
     data="digits",
-    description="An MLP of sigmoid layers, as many as the severity: each sigmoid scales the "
-                "backward signal by at most 1/4, so the first layers receive almost no "
-                "gradient and the loss stalls.",
+    description="An MLP of sigmoid layers (He initialisation), as many as the severity: "
+                "each sigmoid scales the backward signal by at most 1/4, so the first layers "
+                "receive almost no gradient and the loss stalls.",
     default_severity=8.0,
     severities=(3.0, 4.0, 6.0, 8.0, 10.0),
     baseline_severity=2.0,
     failure_type="vanishing_gradients",
     root_cause="saturating_activation",
     canonical_fix={"activation": "relu"},
-    equivalent_fixes=({"activation": "leaky_relu"},),
+    equivalent_fixes=({"activation": "leaky_relu"}, {"normalization": "batch"}),
     counterfactuals=(
         {"knobs": {"lr_scale": 10.0}, "expected": "vanishing_gradients"},
         {"knobs": {"grad_clip": 1.0}, "expected": "vanishing_gradients"},
@@ -31,7 +31,8 @@ __all__: list[str] = []
 )
 def _deep_sigmoid(severity: float) -> Scenario:
     return Scenario(
-        arch=ArchConfig("mlp", depth=int(severity), width=64, activation="sigmoid"),
+        arch=ArchConfig("mlp", depth=int(severity), width=64, activation="sigmoid",
+                        init="kaiming"),
         data=DataConfig("digits"),
         train=TrainConfig(lr=0.05, momentum=0.9, steps=200),
         origin_layers=("fc1", "act1", "fc2", "act2"),

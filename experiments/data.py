@@ -26,7 +26,7 @@ __all__: list[str] = []
     equivalent_fixes=({"normalization": "batch"},),
     counterfactuals=(
         {"knobs": {"lr_scale": 0.1}, "expected": "saturated_activations"},
-        {"knobs": {"init_scale": 0.1}, "expected": "healthy"},
+        {"knobs": {"init_scale": 0.1}, "expected": "saturated_activations"},
     ),
 )
 def _unnormalized_inputs(severity: float) -> Scenario:

@@ -17,8 +17,14 @@ def _healthy(name: str, architecture: str, data: str, description: str,
 
 
 @_healthy("healthy_mlp", "MLP", "digits", "A 3-layer ReLU MLP, SGD with momentum.",
-          counterfactuals=({"knobs": {"lr_scale": 10.0}, "expected": "dead_neurons",
-                            "root_cause": "learning_rate_too_high"},))
+          counterfactuals=(
+              {"knobs": {"lr_scale": 100.0}, "expected": "loss_divergence",
+               "root_cause": "learning_rate_too_high"},
+              {"knobs": {"init_scale": 0.1}, "expected": "training_plateau",
+               "root_cause": "init_scale_too_small"},
+              {"knobs": {"activation": "sigmoid"}, "expected": "training_plateau",
+               "root_cause": "saturating_activation"},
+          ))
 def _healthy_mlp(severity: float) -> Scenario:
     return Scenario(ArchConfig("mlp", depth=3, width=64, activation="relu"),
                     DataConfig("digits"), TrainConfig(lr=0.05, momentum=0.9, steps=200))

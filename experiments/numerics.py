@@ -25,10 +25,11 @@ __all__: list[str] = []
     failure_type="loss_divergence",
     root_cause="unnormalized_inputs",
     canonical_fix={"input_scale": 1 / 128},
-    equivalent_fixes=(),
+    equivalent_fixes=({"lr_scale": 0.1}, {"grad_clip": 1.0}, {"normalization": "batch"}),
     counterfactuals=(
-        {"knobs": {"lr_scale": 0.1}, "expected": "loss_divergence"},
-        {"knobs": {"grad_clip": 1.0}, "expected": "loss_divergence"},
+        {"knobs": {"lr_scale": 2.0}, "expected": "loss_divergence"},
+        {"knobs": {"init_scale": 2.0}, "expected": "loss_divergence"},
+        {"knobs": {"activation": "tanh"}, "expected": "saturated_activations"},
     ),
 )
 def _softmax_overflow(severity: float) -> Scenario:

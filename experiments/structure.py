@@ -63,9 +63,10 @@ def _resnet_no_norm(severity: float) -> Scenario:
     failure_type="exploding_gradients",
     root_cause="missing_gradient_clipping",
     canonical_fix={"grad_clip": 0.5},
-    equivalent_fixes=({"grad_clip": 1.0},),
+    equivalent_fixes=({"grad_clip": 1.0}, {"lr_scale": 0.3}),
     counterfactuals=(
-        {"knobs": {"lr_scale": 0.3}, "expected": "exploding_gradients"},
+        {"knobs": {"lr_scale": 2.0}, "expected": "exploding_gradients"},
+        {"knobs": {"normalization": "layer"}, "expected": "exploding_gradients"},
     ),
 )
 def _rnn_no_clip(severity: float) -> Scenario:
