@@ -31,17 +31,16 @@ import torch
 from torch import nn
 
 from neuraldbg.errors import CaptureError, NeuralDbgWarning
+from neuraldbg.module_table import leaf_modules, module_table, parameter_owners
 from neuraldbg.statistics import (
     ACT_SUMS,
     DEN,
-    activation_family,
     activation_sums,
     count_thresholds,
     finish_module_stats,
     is_channel_first,
 )
 from neuraldbg.trace import (
-    MODULE_COLUMNS,
     SCHEMA_VERSION,
     STAT_COLUMNS,
     STEP_COLUMNS,
@@ -209,41 +208,16 @@ class Recorder:
     # ------------------------------------------------------------------ set-up
     def _build_tables(self) -> None:
         """Module table, parameter ownership and buffers, built once."""
-        leaves: list[tuple[str, nn.Module]] = []
-        rows = []
-        for order, (name, mod) in enumerate(self.model.named_modules()):
-            if next(mod.children(), None) is not None:
-                continue  # containers are not monitored; their leaves are
-            leaves.append((name, mod))
-            own = list(mod.parameters(recurse=False))
-            rows.append({
-                "module_name": name,
-                "module_type": type(mod).__name__,
-                "order": order,
-                "forward_order": -1,
-                "depth": name.count(".") if name else 0,
-                "parent": name.rsplit(".", 1)[0] if "." in name else "",
-                "activation_family": activation_family(mod),
-                "n_params": int(sum(p.numel() for p in own)),
-                "n_trainable": int(sum(p.numel() for p in own if p.requires_grad)),
-            })
+        leaves = leaf_modules(self.model)
         self._leaves = leaves
-        self._modules = pd.DataFrame(rows, columns=list(MODULE_COLUMNS))
+        self._modules = module_table(self.model)
         self._index = {id(mod): i for i, (_, mod) in enumerate(leaves)}
-        self._families = [activation_family(m) for _, m in leaves]
+        self._families = self._modules["activation_family"].tolist()
         self._channel_first = [is_channel_first(m) for _, m in leaves]
         self._forward_seen: dict[int, int] = {}
         # Every trainable parameter counts in the global norms; one owned directly by a leaf
         # also counts for that leaf (index len(leaves) is the bucket of container-owned ones).
-        params: list[nn.Parameter] = []
-        owner: list[int] = []
-        seen: set[int] = set()
-        for mod in self.model.modules():
-            for p in mod.parameters(recurse=False):
-                if id(p) not in seen and p.requires_grad:
-                    seen.add(id(p))
-                    params.append(p)
-                    owner.append(self._index.get(id(mod), len(leaves)))
+        params, owner = parameter_owners(self.model, self._index, len(leaves))
         self._params = params
         first = next(self.model.parameters(), None)
         self._device = first.device if first is not None else torch.device("cpu")

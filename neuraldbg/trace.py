@@ -87,6 +87,8 @@ MODULE_COLUMNS: dict[str, str] = {
     "norm, other",
     "n_params": "number of parameters the module owns directly",
     "n_trainable": "number of those that require grad",
+    "fan_in": "inputs per output unit of the weight (in_features x kernel size); 0 without one",
+    "fan_out": "outputs per input unit of the weight (out_features x kernel size); 0 without one",
 }
 
 
