@@ -30,6 +30,7 @@ import numpy as np
 import pandas as pd
 
 from benchmarks import metrics as M
+from benchmarks.compare import compute_metrics
 from benchmarks.executor import Executor, LocalExecutor
 from benchmarks.runs import (
     RunSpec,
@@ -207,23 +208,38 @@ def task_diagnose(path: str, methods: list[str], latency: bool) -> list[dict[str
     return rows
 
 
-def task_fold(split: str, fold: str, fit_paths: list[str], score_paths: list[str],
-              cases: dict[str, list[dict[str, Any]]], latency: bool) -> dict[str, Any]:
-    """Fit the probabilistic model on one fold's training runs, score it on the held-out runs
-    and answer their counterfactual cases with ``what_if`` (an executor task)."""
+def task_folds(folds: list[dict[str, Any]], latency: bool) -> dict[str, Any]:
+    """Fit the probabilistic model once per fold on its training runs, score it on the fold's
+    held-out runs and answer their counterfactual cases with ``what_if`` (an executor task).
+
+    Each fold is ``{split, fold, fit_paths, score_paths, cases}``. The folds of one task share
+    loaded traces, so the model's per-trace evidence is computed once, not once per fold.
+    """
+    cache: dict[str, Any] = {}
+
+    def get(path: str) -> Any:
+        if path not in cache:
+            cache[path] = load(path)
+        return cache[path]
+
+    return {"folds": [_one_fold(f, get, latency) for f in folds]}
+
+
+def _one_fold(f: dict[str, Any], get: Any, latency: bool) -> dict[str, Any]:
     from causal_models import ProbabilisticReasoner
 
+    split, fold = f["split"], f["fold"]
     out: dict[str, Any] = {"split": split, "fold": fold, "records": [], "whatif": [],
-                           "fit_s": math.nan, "n_fit": len(fit_paths), "error": ""}
+                           "fit_s": math.nan, "n_fit": len(f["fit_paths"]), "error": ""}
     try:
         t0 = time.perf_counter()
-        model = ProbabilisticReasoner().fit([load(p) for p in fit_paths])
+        model = ProbabilisticReasoner().fit([get(p) for p in f["fit_paths"]])
         out["fit_s"] = time.perf_counter() - t0
     except Exception as exc:
         out["error"] = f"fit failed: {type(exc).__name__}: {exc}\n{traceback.format_exc(limit=3)}"
         return out
-    for path in score_paths:
-        trace = load(path)
+    for path in f["score_paths"]:
+        trace = get(path)
         truth = trace.ground_truth or {}
         base = {**_truth_fields(path, truth), "method": "probabilistic", "split": split,
                 "fold": fold}
@@ -232,7 +248,7 @@ def task_fold(split: str, fold: str, fit_paths: list[str], score_paths: list[str
                                    "error": ""})
         except Exception as exc:
             out["records"].append({**base, "error": f"{type(exc).__name__}: {exc}"})
-        for case in cases.get(path, []):
+        for case in f["cases"].get(path, []):
             row = {"run": path, "split": split, "fold": fold, "knobs": _json(case["knobs"]),
                    "expected": case.get("expected"), "source": case.get("source", "")}
             try:
@@ -380,26 +396,27 @@ def run_benchmark(suite: Suite, out: str | Path, *, executor: Executor | None = 
         for c in cases:
             spec = RunSpec(r["family"], r["severity"], int(r["seed"]), dict(c["knobs"]))
             cf_specs[str(run_path(run_dir, spec, fp))] = spec
-    tasks: list[tuple[Any, dict[str, Any]]] = []
-    tasks += [(task_rerun, {"spec": s.to_dict(), "path": p, "every": suite.every})
-              for p, s in cf_specs.items()]
-    if unfitted:
-        tasks += [(task_diagnose, {"path": p, "methods": unfitted, "latency": suite.latency})
-                  for p in score["path"]]
-    folds: list[tuple[str, str, list[str], list[str]]] = []
+    folds: list[dict[str, Any]] = []
     for m in fitted:
         for split, col in (("family", "family"), ("architecture", "architecture")):
             if split not in suite.splits:
                 continue
             for value in sorted(score[col].dropna().unique()):
-                tr = fit[fit[col] != value]["path"].tolist()
                 te = score[score[col] == value]["path"].tolist()
-                if te:
-                    folds.append((split, str(value), tr, te))
-                    tasks.append((task_fold, {"split": split, "fold": str(value),
-                                              "fit_paths": tr, "score_paths": te,
-                                              "cases": {p: cf_cases.get(p, []) for p in te},
-                                              "latency": suite.latency}))
+                folds.append({"split": split, "fold": str(value),
+                              "fit_paths": fit[fit[col] != value]["path"].tolist(),
+                              "score_paths": te,
+                              "cases": {p: cf_cases.get(p, []) for p in te}})
+    # folds first (the longest tasks), spread over the workers; then the rest
+    n_chunks = max(1, min(len(folds), executor.workers))
+    tasks: list[tuple[Any, dict[str, Any]]] = [
+        (task_folds, {"folds": folds[i::n_chunks], "latency": suite.latency})
+        for i in range(n_chunks) if folds[i::n_chunks]]
+    tasks += [(task_rerun, {"spec": s.to_dict(), "path": p, "every": suite.every})
+              for p, s in cf_specs.items()]
+    if unfitted:
+        tasks += [(task_diagnose, {"path": p, "methods": unfitted, "latency": suite.latency})
+                  for p in score["path"]]
     results = executor.map(tasks, description="diagnosis + counterfactual re-runs")
     rerun = {r["path"]: r for r in results if isinstance(r, dict) and "failed" in r}
     records: list[dict[str, Any]] = []
@@ -408,11 +425,12 @@ def run_benchmark(suite: Suite, out: str | Path, *, executor: Executor | None = 
     for r in results:
         if isinstance(r, list):
             records += r
-        elif isinstance(r, dict) and "records" in r:
-            records += r["records"]
-            whatif += r["whatif"]
-            fold_rows.append({k: r[k] for k in ("split", "fold", "fit_s", "n_fit", "error")}
-                             | {"n_score": len(r["records"])})
+        elif isinstance(r, dict) and "folds" in r:
+            for f in r["folds"]:
+                records += f["records"]
+                whatif += f["whatif"]
+                fold_rows.append({k: f[k] for k in ("split", "fold", "fit_s", "n_fit", "error")}
+                                 | {"n_score": len(f["records"])})
     rec = pd.DataFrame(records)
     if not rec.empty:
         rec["label"] = [method_label(m, s) for m, s in zip(rec["method"], rec["split"],
@@ -489,52 +507,3 @@ def load_result(suite: Suite, out: str | Path) -> BenchmarkResult:
     return BenchmarkResult(suite, out, frames["records"], frames["counterfactuals"],
                            frames["repairs"], frames["folds"], frames["runs"],
                            json.loads((out / "notes.json").read_text()))
-
-
-def compute_metrics(result: BenchmarkResult, *, seed: int = 0) -> dict[str, Any]:
-    """Every metric per method label, counterfactual validity, repair rates and McNemar."""
-    suite, rec = result.suite, result.records
-    n = suite.n_resamples
-    out: dict[str, Any] = {"suite": suite.to_dict(), "notes": result.notes, "methods": {},
-                           "counterfactual_validity": {}, "mcnemar": {}}
-    if rec.empty:
-        return out
-    ok = rec[rec["error"] == ""] if "error" in rec.columns else rec
-    for label, g in ok.groupby("label", sort=True):
-        m = M.summarize(g, n_resamples=n, seed=seed)
-        reps = result.repairs
-        if not reps.empty:
-            rg = reps[reps["label"] == label]
-            if len(rg):
-                m["repair_rate"] = M.repair_rate(rg, n_resamples=n, seed=seed)
-        m["explain_median_s"] = {"value": float(np.median(g["explain_s"])), "low": math.nan,
-                                 "high": math.nan, "n": int(len(g))}
-        out["methods"][label] = m
-    cf = result.counterfactuals
-    if not cf.empty:
-        good = cf[cf["actual_failure"].notna() & cf["p_failure"].notna()]
-        for split, g in good.groupby("split"):
-            v = M.counterfactual_validity(g.assign(actual_failure=g["actual_failure"].astype(bool)),
-                                          n_resamples=n, seed=seed)
-            v["base_rate_failed"] = float(g["actual_failure"].astype(float).mean())
-            v["expected_agrees_with_rerun"] = float(np.mean(
-                (g["expected"] != HEALTHY) == g["actual_failure"].astype(bool)))
-            out["counterfactual_validity"][method_label("probabilistic", split)] = v
-    labels = sorted(ok["label"].unique())
-    pairs = [(a, b) for a in labels for b in labels
-             if a == "heuristic" and b.startswith("probabilistic[")]
-    for a, b in pairs:
-        for metric, col in (("failure_accuracy", "failure_correct"), ("cause_ac@1", "cause_hit")):
-            ga = ok[ok["label"] == a].set_index("run")
-            gb = ok[ok["label"] == b].set_index("run")
-            common = ga.index.intersection(gb.index)
-            if col == "cause_hit":
-                common = common[(ga.loc[common, "true_failure"] != HEALTHY).to_numpy()]
-                xa = ga.loc[common, "cause_rank"].astype(float).to_numpy() == 1
-                xb = gb.loc[common, "cause_rank"].astype(float).to_numpy() == 1
-            else:
-                xa = ga.loc[common, col].astype(bool).to_numpy()
-                xb = gb.loc[common, col].astype(bool).to_numpy()
-            out["mcnemar"][f"{a} vs {b}: {metric}"] = {**M.mcnemar_test(xa, xb),
-                                                       "n": int(len(common))}
-    return out

@@ -20,6 +20,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from rich.console import Console  # noqa: E402
+from rich.markup import escape  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from benchmarks import metrics as M  # noqa: E402
@@ -90,7 +91,7 @@ def print_table(metrics: dict[str, Any], console: Console | None = None) -> None
         for _, name in cols:
             t.add_column(name, justify="right")
         for label, m in metrics.get("methods", {}).items():
-            t.add_row(label, *[fmt(m.get(k), 3 if k == "explain_median_s" else 2)
+            t.add_row(escape(label), *[fmt(m.get(k), 3 if k == "explain_median_s" else 2)
                                for k, _ in cols])
         console.print(t)
     cfv = metrics.get("counterfactual_validity", {})
@@ -99,12 +100,13 @@ def print_table(metrics: dict[str, Any], console: Console | None = None) -> None
         for c in ("method", "accuracy", "Brier", "re-runs failed", "n"):
             t.add_column(c, justify="right")
         for label, v in cfv.items():
-            t.add_row(label, fmt(v["accuracy"]), fmt(v["brier"]),
+            t.add_row(escape(label), fmt(v["accuracy"]), fmt(v["brier"]),
                       f"{v['base_rate_failed']:.2f}", str(v["accuracy"]["n"]))
         console.print(t)
     for name, r in metrics.get("mcnemar", {}).items():
-        console.print(f"McNemar {name}: heuristic only right {r['a_only']}, probabilistic only "
-                      f"right {r['b_only']}, p = {r['pvalue']:.3g} (n = {r['n']})")
+        console.print(escape(f"McNemar {name}: heuristic only right {r['a_only']}, "
+                             f"probabilistic only right {r['b_only']}, p = {r['pvalue']:.3g} "
+                             f"(n = {r['n']})"))
 
 
 def markdown_tables(metrics: dict[str, Any]) -> str:
