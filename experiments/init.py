@@ -85,7 +85,7 @@ def _init_too_small(severity: float) -> Scenario:
     description="A ReLU MLP whose second hidden layer's bias is initialised to minus the "
                 "severity: every unit of act2 is dead from step 0 and the loss stalls.",
     default_severity=10.0,
-    severities=(0.5, 1.0, 2.0, 3.0, 10.0),
+    severities=(0.1, 0.25, 0.5, 1.0, 3.0, 10.0),
     baseline_severity=0.0,
     failure_type="dead_neurons",
     root_cause="negative_bias_init",
