@@ -121,7 +121,7 @@ def _symptom_values(trace: ndb.Trace, symptoms: Sequence[Symptom]) -> dict[str, 
     return {s.label: compute_statistic(trace, s.statistic, s.module) for s in symptoms}
 
 
-def _per_step(trace: ndb.Trace, symptom: Symptom) -> "np.ndarray":
+def _per_step(trace: ndb.Trace, symptom: Symptom) -> Any:  # pandas.Series over steps
     """The per-step series behind a symptom (for the empirical onset)."""
     name = symptom.statistic
     if name.startswith("@"):  # a raw recorded column (steps, or stats of symptom.module)

@@ -169,7 +169,6 @@ def _record_manifestation(root: Path, runs: list[SuiteRun]) -> list[dict[str, An
 
     groups: dict[tuple[str, float], dict[str, list[SuiteRun]]] = {}
     for run in runs:
-        spec = get_family(run.family)
         if run.role == "run":
             groups.setdefault((run.family, run.severity), {"run": [], "baseline": []})["run"].append(run)
     for run in runs:
