@@ -309,7 +309,8 @@ def _select_families(suite: Suite) -> list[Any]:
     healthy = [f for f in fams if f.kind != "failure"]
     if suite.n_failure is not None:  # one family per failure type first, then the rest
         first, rest, seen = [], [], set()
-        for f in failing:
+        # single-cause families before compound ones
+        for f in sorted(failing, key=lambda f: len(getattr(f, "root_causes", ()) or ()) > 1):
             (rest if f.failure_type in seen else first).append(f)
             seen.add(f.failure_type)
         failing = (first + rest)[: suite.n_failure]

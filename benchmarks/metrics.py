@@ -177,9 +177,9 @@ def _cc(conf: Sequence[float] | np.ndarray, correct: Sequence[bool] | np.ndarray
     y = np.asarray(correct, dtype=float)
     if c.shape != y.shape:
         raise ValueError(f"conf and correct differ in shape: {c.shape} vs {y.shape}.")
-    if c.size and (np.nanmin(c) < 0 or np.nanmax(c) > 1):
+    if c.size and (np.nanmin(c) < -1e-9 or np.nanmax(c) > 1 + 1e-9):
         raise ValueError(f"confidences must lie in [0, 1]; got range [{c.min()}, {c.max()}].")
-    return c, y
+    return np.clip(c, 0.0, 1.0), y  # float round-off (1.0000000000000002) is not an error
 
 
 def reliability_table(conf: Sequence[float] | np.ndarray, correct: Sequence[bool] | np.ndarray,

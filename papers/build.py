@@ -98,6 +98,10 @@ def _limitations(metrics: dict[str, Any]) -> list[str]:
     s = metrics.get("suite", {})
     notes = metrics.get("notes", {})
     out = [
+        "- The heuristic reasoner's rules and thresholds were written by people who knew the "
+        "zoo's failure list, and the zoo was built to exercise them: the held-out splits "
+        "protect the fitted probabilistic model from its training data, not the rules from "
+        "their authors. Its scores are the upper end of what to expect on unseen failures.",
         f"- Small samples: {notes.get('n_score_runs')} scored runs; intervals are wide and "
         "runs of one family are correlated (the bootstrap resamples runs, not families, so the "
         "intervals are if anything too narrow).",

@@ -38,6 +38,7 @@ def test_brier_and_nll_by_hand() -> None:
     assert M.negative_log_likelihood([1.0], [False]) == pytest.approx(-math.log(1e-6))
     with pytest.raises(ValueError, match=r"\[0, 1\]"):
         M.brier_score([1.5], [True])
+    assert M.brier_score([1.0000000000000002], [True]) == 0.0  # round-off is clipped
 
 
 def test_rank_metrics_by_hand() -> None:
