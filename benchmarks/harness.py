@@ -230,7 +230,8 @@ def _one_fold(f: dict[str, Any], get: Any, latency: bool) -> dict[str, Any]:
 
     split, fold = f["split"], f["fold"]
     out: dict[str, Any] = {"split": split, "fold": fold, "records": [], "whatif": [],
-                           "fit_s": math.nan, "n_fit": len(f["fit_paths"]), "error": ""}
+                           "fit_s": math.nan, "n_fit": len(f["fit_paths"]), "error": "",
+                           "fit_runs": _json(f["fit_paths"])}
     try:
         t0 = time.perf_counter()
         model = ProbabilisticReasoner().fit([get(p) for p in f["fit_paths"]])
@@ -264,13 +265,24 @@ def _one_fold(f: dict[str, Any], get: Any, latency: bool) -> dict[str, Any]:
 
 
 def task_rerun(spec: dict[str, Any], path: str, every: int) -> dict[str, Any]:
-    """Run (or reuse) one knob-changed run and judge whether it trained healthily."""
+    """Run (or reuse) one knob-changed run (an executor task)."""
     try:
         execute_run(spec, path, every)
-        res = run_outcome(load(path))
-        return {"path": path, **res, "error": ""}
+        return {"path": path, "rerun": True, "error": ""}
     except Exception as exc:
-        return {"path": path, "failed": None, "reasons": [], "error": f"{type(exc).__name__}: {exc}"}
+        return {"path": path, "rerun": True, "error": f"{type(exc).__name__}: {exc}"}
+
+
+def task_judge(paths: list[str]) -> list[dict[str, Any]]:
+    """Judge re-runs of one family with the zoo's judge (its baseline runs made once here)."""
+    out = []
+    for path in paths:
+        try:
+            out.append({"path": path, **run_outcome(load(path)), "error": ""})
+        except Exception as exc:
+            out.append({"path": path, "failed": None, "outcome": "", "reasons": [],
+                        "error": f"{type(exc).__name__}: {exc}"})
+    return out
 
 
 def _ensure_runs(specs: list[RunSpec], paths: list[Path], executor: Executor, every: int,
@@ -419,7 +431,6 @@ def run_benchmark(suite: Suite, out: str | Path, *, executor: Executor | None = 
         tasks += [(task_diagnose, {"path": p, "methods": unfitted, "latency": suite.latency})
                   for p in score["path"]]
     results = executor.map(tasks, description="diagnosis + counterfactual re-runs")
-    rerun = {r["path"]: r for r in results if isinstance(r, dict) and "failed" in r}
     records: list[dict[str, Any]] = []
     whatif: list[dict[str, Any]] = []
     fold_rows: list[dict[str, Any]] = []
@@ -430,24 +441,13 @@ def run_benchmark(suite: Suite, out: str | Path, *, executor: Executor | None = 
             for f in r["folds"]:
                 records += f["records"]
                 whatif += f["whatif"]
-                fold_rows.append({k: f[k] for k in ("split", "fold", "fit_s", "n_fit", "error")}
+                fold_rows.append({k: f[k] for k in ("split", "fold", "fit_s", "n_fit", "error",
+                                                    "fit_runs")}
                                  | {"n_score": len(f["records"])})
     rec = pd.DataFrame(records)
     if not rec.empty:
         rec["label"] = [method_label(m, s) for m, s in zip(rec["method"], rec["split"],
                                                             strict=True)]
-
-    # counterfactual cases: what_if against the real re-run --------------------
-    cf_rows = []
-    for w in whatif:
-        knobs = json.loads(w["knobs"])
-        r = score[score["path"] == w["run"]].iloc[0]
-        p = str(run_path(run_dir, RunSpec(r["family"], r["severity"], int(r["seed"]), knobs), fp))
-        o = rerun.get(p, {})
-        cf_rows.append({**w, "family": r["family"], "architecture": r["architecture"],
-                        "rerun": p, "actual_failure": o.get("failed"),
-                        "rerun_reasons": _json(o.get("reasons", []))})
-    cf = pd.DataFrame(cf_rows)
 
     # 3. repair: re-run the top suggested fix -----------------------------------
     rep_rows, rep_specs = [], {}
@@ -466,13 +466,32 @@ def run_benchmark(suite: Suite, out: str | Path, *, executor: Executor | None = 
                 rep_specs[p] = spec
                 row["rerun"] = p
             rep_rows.append(row)
-    rep_results = executor.map([(task_rerun, {"spec": s.to_dict(), "path": p,
-                                              "every": suite.every})
-                                for p, s in rep_specs.items()], description="repair re-runs")
-    outcome = {r["path"]: r for r in rep_results}
+    executor.map([(task_rerun, {"spec": s.to_dict(), "path": p, "every": suite.every})
+                  for p, s in rep_specs.items()], description="repair re-runs")
+
+    # 4. judge every re-run with the zoo's judge, one task per family ----------
+    by_family: dict[str, list[str]] = {}
+    for p, s in {**cf_specs, **rep_specs}.items():
+        by_family.setdefault(s.family, []).append(p)
+    judged = executor.map([(task_judge, {"paths": ps}) for ps in by_family.values()],
+                          description="judging re-runs")
+    outcome = {o["path"]: o for group in judged for o in group}
+
+    cf_rows = []
+    for w in whatif:
+        knobs = json.loads(w["knobs"])
+        r = score[score["path"] == w["run"]].iloc[0]
+        p = str(run_path(run_dir, RunSpec(r["family"], r["severity"], int(r["seed"]), knobs), fp))
+        o = outcome.get(p, {})
+        cf_rows.append({**w, "family": r["family"], "architecture": r["architecture"],
+                        "rerun": p, "actual_failure": o.get("failed"),
+                        "actual_outcome": o.get("outcome", ""),
+                        "rerun_reasons": _json(o.get("reasons", []))})
+    cf = pd.DataFrame(cf_rows)
     for row in rep_rows:
         o = outcome.get(row["rerun"], {})
         row["rerun_failed"] = o.get("failed")
+        row["rerun_outcome"] = o.get("outcome", "")
         row["repaired"] = bool(row["rerun"]) and o.get("failed") is False
         row["rerun_reasons"] = _json(o.get("reasons", []))
     reps = pd.DataFrame(rep_rows)

@@ -116,17 +116,23 @@ def execute_run(spec: dict[str, Any], path: str, every: int = 1) -> str:
 
 
 def run_outcome(trace: Trace) -> dict[str, Any]:
-    """Did the run train healthily? The zoo's own judgement (``experiments.symptoms``).
+    """Did the run train healthily? The zoo's judge (``experiments.manifest.judge_outcome``).
+
+    A re-run still fails when its family's primary symptom lies beyond the family's baseline
+    runs, or when it fails the zoo's generic health check (finite loss that falls, no mostly
+    dead or saturated layer).
 
     Returns
     -------
     dict
-        ``failed`` (bool) and the zoo's ``reasons``.
+        ``failed`` (bool), ``outcome`` ("healthy" or a failure type) and ``reasons``.
     """
-    from experiments.symptoms import health_report
+    from experiments.manifest import judge_outcome
 
-    rep = health_report(trace)
-    return {"failed": not bool(rep["healthy"]), "reasons": list(rep.get("reasons", []))}
+    res = judge_outcome(trace)
+    reasons = {k: v for k, v in res.items() if k != "baseline_values"}
+    return {"failed": res["outcome"] != "healthy", "outcome": res["outcome"],
+            "reasons": [json.dumps(reasons, default=str, sort_keys=True)]}
 
 
 def truncate_trace(trace: Trace, last_step: int) -> Trace:

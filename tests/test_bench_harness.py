@@ -19,10 +19,10 @@ import pytest
 
 from benchmarks import harness, report
 from benchmarks.executor import LocalExecutor
-from benchmarks.runs import is_finished, load, run_outcome
+from benchmarks.runs import is_finished, load
 from benchmarks.suites import SUITES, Suite
 from neuraldbg.methods import register_method
-from neuraldbg.records import HEALTHY, Hypothesis
+from neuraldbg.records import FAILURE_TYPES, HEALTHY, Hypothesis
 
 
 @register_method("_oracle")
@@ -43,10 +43,10 @@ class _Constant:
 
 
 def test_local_executor_keeps_task_order() -> None:
-    tasks = [(json.dumps, {"obj": i}) for i in range(5)]
-    assert LocalExecutor(2, progress=False).map(tasks) == [str(i) for i in range(5)]
-    pids = LocalExecutor(2, progress=False).map([(os.getpid, {})] * 2)
-    assert os.getpid() not in pids  # really in worker processes
+    tasks = [(json.dumps, {"obj": i}) for i in range(5)] + [(os.getpid, {})] * 2
+    res = LocalExecutor(2, progress=False).map(tasks)
+    assert res[:5] == [str(i) for i in range(5)]
+    assert os.getpid() not in res[5:]  # really in worker processes
     assert LocalExecutor(1, progress=False).map([(os.getpid, {})]) == [os.getpid()]
 
 
@@ -74,8 +74,9 @@ def bench(tmp_path_factory: pytest.TempPathFactory) -> harness.BenchmarkResult:
         pytest.skip("the failure zoo (experiments.run_scenario) is not in this tree yet")
 
     out = tmp_path_factory.mktemp("bench")
-    suite = SUITES["tiny"].with_(name="tiny-test", latency=True, n_resamples=100)
-    methods = ["_oracle", "_constant", "heuristic", "autotrainer"]
+    suite = SUITES["tiny"].with_(name="tiny-test", latency=True, n_resamples=100,
+                                 splits=("architecture",))
+    methods = ["_oracle", "_constant", "heuristic", "autotrainer", "probabilistic"]
     return harness.run_benchmark(suite, out / "tiny", executor=LocalExecutor(1, progress=False),
                                  run_dir=out / "runs", methods=methods)
 
@@ -137,6 +138,26 @@ def test_real_methods_recomputed_by_hand(bench: harness.BenchmarkResult) -> None
         assert m[label]["healthy_fpr"]["value"] == pytest.approx(np.mean(fps))
 
 
+def test_fitted_method_never_scored_on_what_it_was_fitted_on(
+        bench: harness.BenchmarkResult) -> None:
+    runs = bench.runs.set_index("path")
+    rec = bench.records
+    prob = rec[rec["label"] == "probabilistic[architecture]"]
+    assert set(prob["run"]) == set(_truths(rec).index)  # every scored run, once
+    assert prob["run"].is_unique
+    for _, f in bench.folds.iterrows():
+        assert f["error"] == "", f["error"]
+        fitted = runs.loc[json.loads(f["fit_runs"])]
+        assert len(fitted) > 0
+        assert (fitted["architecture"] != f["fold"]).all()
+        assert (fitted["role"] == "fit").all()
+        scored = prob[prob["fold"] == f["fold"]]
+        assert not set(fitted["seed"]) & set(scored["seed"])
+        assert (scored["architecture"] == f["fold"]).all()
+    cf = bench.counterfactuals
+    assert len(cf) > 0 and cf["p_failure"].between(0, 1).all()
+
+
 def test_counterfactual_and_repair_reruns_are_real(bench: harness.BenchmarkResult) -> None:
     reps = bench.repairs
     o = reps[reps["label"] == "_oracle"]
@@ -147,7 +168,10 @@ def test_counterfactual_and_repair_reruns_are_real(bench: harness.BenchmarkResul
         assert fix == harness.FIX_BY_CAUSE[truth]
         trace = load(r["rerun"])
         assert all(trace.ground_truth["knobs"][k] == v for k, v in fix.items())  # fix applied
-        assert r["repaired"] == (not run_outcome(trace)["failed"])
+        assert r["rerun_outcome"] in (HEALTHY, *FAILURE_TYPES)  # judged by the zoo's judge
+        assert r["repaired"] == (r["rerun_outcome"] == HEALTHY)
+    cf = bench.counterfactuals
+    assert len(cf) == 0 or cf["actual_outcome"].isin([HEALTHY, *FAILURE_TYPES]).all()
 
 
 def test_finished_runs_are_reused(bench: harness.BenchmarkResult) -> None:
