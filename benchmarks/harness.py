@@ -176,9 +176,36 @@ def diagnose(model: Any, trace: Any, truth: dict[str, Any], *, latency: bool) ->
     rec["explain_s"] = dt
     rec["latency"] = _latency(model, trace, truth) if latency else math.nan
     fix = suggest_fix(hyps)
+    rec["fix_source"] = "table" if fix else ""
+    if fix and callable(getattr(model, "what_if", None)):
+        fix, p = _best_fix_by_what_if(model, trace, hyps)
+        rec["fix_source"] = f"what_if (P(failure) {p:.2f})"
     rec["suggested_fix"] = _json(fix) if fix else ""
     rec["hypotheses"] = _json([h.to_dict() for h in hyps[:10]])
     return rec
+
+
+def _best_fix_by_what_if(model: Any, trace: Any, hyps: list[Hypothesis]
+                         ) -> tuple[dict[str, Any], float]:
+    """A causal model's own suggestion: of the fixes implied by its three likeliest causes
+    (and its top failure type), the one its ``what_if`` gives the lowest P(failure)."""
+    cands: list[dict[str, Any]] = []
+    for h in hyps:
+        for fix in (FIX_BY_CAUSE.get(h.root_cause), FIX_BY_FAILURE.get(h.failure_type)):
+            if fix and fix not in cands:
+                cands.append(dict(fix))
+        if len(cands) >= 3:
+            break
+    scored = []
+    for fix in cands:
+        try:
+            scored.append((float(model.what_if(trace, **fix).p_failure), fix))
+        except Exception:  # a knob the model cannot intervene on: not a candidate
+            continue
+    if not scored:
+        return suggest_fix(hyps) or {}, math.nan
+    p, fix = min(scored, key=lambda t: t[0])
+    return fix, p
 
 
 def _truth_fields(path: str, truth: dict[str, Any]) -> dict[str, Any]:
