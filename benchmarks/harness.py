@@ -216,6 +216,7 @@ def _truth_fields(path: str, truth: dict[str, Any]) -> dict[str, Any]:
         "true_cause": truth.get("root_cause", "none"),
         "origin_layers": _json(list(truth.get("origin_layers") or [])),
         "onset_step": truth.get("onset_step"), "onset_tolerance": truth.get("onset_tolerance"),
+        "origin_scope": truth.get("origin_scope", ""),
     }
 
 

@@ -359,6 +359,10 @@ def summarize(records: pd.DataFrame, *, n_resamples: int = 1000, seed: int = 0,
                                  seed)
     out["layer_accuracy"] = _interval({"x": frac(failing["layer_correct"])}, _mean, n_resamples,
                                       seed)
+    if "origin_scope" in r.columns:  # faults in named layers (not run-wide, where any counts)
+        local = failing[failing["origin_scope"] == "layer"]
+        out["layer_accuracy_local"] = _interval({"x": frac(local["layer_correct"])}, _mean,
+                                                n_resamples, seed)
     with_onset = failing[failing["onset_hit"].notna()]
     out["onset_hit"] = _interval({"x": frac(with_onset["onset_hit"])}, _mean, n_resamples, seed)
     out["onset_median_error"] = _interval(

@@ -38,6 +38,7 @@ MAIN_COLUMNS: tuple[tuple[str, str], ...] = (
     ("cause_avg@5", "Avg@5"),
     ("cause_mrr", "MRR"),
     ("layer_accuracy", "layer acc"),
+    ("layer_accuracy_local", "layer acc (local faults)"),
     ("onset_hit", "onset hit"),
     ("onset_median_error", "onset med err"),
     ("detection_median_latency", "latency (steps)"),

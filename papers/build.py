@@ -28,12 +28,15 @@ from benchmarks import report as R  # noqa: E402
 NEURALDBG = ("heuristic", "probabilistic[family]", "probabilistic[architecture]")
 HIGHER_IS_BETTER = {
     "failure_accuracy": True, "cause_ac@1": True, "cause_ac@3": True, "cause_mrr": True,
-    "layer_accuracy": True, "onset_hit": True, "healthy_fpr": False, "ece": False,
-    "brier": False, "nll": False, "repair_rate": True, "detection_median_latency": False,
+    "layer_accuracy": True, "layer_accuracy_local": True, "onset_hit": True,
+    "healthy_fpr": False, "ece": False, "brier": False, "nll": False, "repair_rate": True,
+    "detection_median_latency": False,
 }
 NAMES = {"failure_accuracy": "failure accuracy", "cause_ac@1": "root-cause AC@1",
          "cause_ac@3": "root-cause AC@3", "cause_mrr": "root-cause MRR",
-         "layer_accuracy": "origin-layer accuracy", "onset_hit": "onset hit rate",
+         "layer_accuracy": "origin-layer accuracy",
+         "layer_accuracy_local": "origin-layer accuracy on layer-local faults",
+         "onset_hit": "onset hit rate",
          "healthy_fpr": "healthy false-positive rate", "ece": "ECE", "brier": "Brier score",
          "nll": "NLL", "repair_rate": "repair rate",
          "detection_median_latency": "median detection latency"}
@@ -112,8 +115,11 @@ def _limitations(metrics: dict[str, Any]) -> list[str]:
         "statistics; where the trace lacks a peer's quantity (accuracy, pre-activations) the "
         "nearest recorded one stands in, and a fixed symptom-to-cause table, not the peers, "
         "names their causes.",
-        "- Repairs and counterfactuals are judged by the zoo's generic health check (finite "
-        "loss that falls by 30%, no mostly dead or saturated layer), not by task accuracy.",
+        "- Repairs and counterfactuals are judged by the zoo's judge (the family's symptom "
+        "against its baseline runs, then finite loss that falls by 30% and no mostly dead or "
+        "saturated layer), not by task accuracy; the fix table that turns a named cause into "
+        "an intervention is ours, and a repair failure can be the table's rather than the "
+        "diagnosis's.",
         f"- Detection latency is measured on prefixes at onset + 0, 1, 2, 4, ... steps, so it "
         f"is exact to within a factor of two; suite `{s.get('name')}` uses capture every "
         f"{s.get('every')} step(s).",
