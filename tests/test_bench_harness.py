@@ -195,3 +195,48 @@ def test_report_files(bench: harness.BenchmarkResult) -> None:
     assert (bench.out / "figures" / "reliability.png").stat().st_size > 1000
     assert (bench.out / "figures" / "ac_at_k.png").is_file()
     assert json.loads((bench.out / "metrics.json").read_text())["methods"]["_oracle"]
+
+
+class _Late:
+    """Names the true failure only once it has seen 6 steps past the onset."""
+
+    def __init__(self, truth: dict) -> None:
+        self.truth = truth
+
+    def explain(self, trace):  # noqa: ANN001, ANN201
+        if int(trace.steps["step"].max()) >= self.truth["onset_step"] + 6:
+            return [Hypothesis(self.truth["failure_type"], "unknown", "x", 0, 0.9, {})]
+        return []
+
+
+def test_latency_on_prefixes_by_hand(bench: harness.BenchmarkResult) -> None:
+    t = _truths(bench.records)
+    run = t[(t["true_failure"] != HEALTHY) & t["onset_step"].notna()].index[0]
+    trace = load(run)
+    truth = trace.ground_truth
+    # prefixes end at onset + 0, 1, 2, 4, 8, ...: first seen at offset 8
+    assert harness._latency(_Late(truth), trace, truth) == 8.0
+    assert math.isnan(harness._latency(_Constant(), trace, {**truth, "failure_type": "dead_neurons"}))
+
+
+class _WhatIf:
+    def explain(self, trace):  # noqa: ANN001, ANN201
+        return []
+
+    def what_if(self, trace, **knobs):  # noqa: ANN001, ANN003, ANN201
+        from types import SimpleNamespace
+
+        return SimpleNamespace(p_failure={"lr_scale": 0.9, "init_scale": 0.2}.get(
+            next(iter(knobs)), 0.5))
+
+
+def test_suggested_fixes() -> None:
+    hyps = [Hypothesis("exploding_gradients", "learning_rate_too_high", "a", 0, 0.8, {}),
+            Hypothesis("exploding_gradients", "init_scale_too_large", "a", 0, 0.7, {})]
+    assert harness.suggest_fix(hyps) == {"lr_scale": 0.1}
+    assert harness.suggest_fix([Hypothesis("dead_neurons", "x", "a", 0, 0.4, {})]) is None
+    own = Hypothesis("dead_neurons", "unknown", "a", 0, 0.9, {"suggested_fix": {"grad_clip": 2.0}})
+    assert harness.suggest_fix([own]) == {"grad_clip": 2.0}
+    # a causal model picks, among its causes' fixes, the one its what_if likes best
+    fix, p = harness._best_fix_by_what_if(_WhatIf(), None, hyps)
+    assert fix == {"init_scale": 0.1} and p == 0.2
