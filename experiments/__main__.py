@@ -115,7 +115,8 @@ def _print_check(res: dict[str, Any]) -> str:
             [h["reasons"] for h in res["health"]])
     t = res["tests"][0]
     status = "manifest" if res["manifest"] else "NOT manifest"
-    return (f"{status}: {t['statistic']} p={t['p_mannwhitney']:.3f} effect={_fmt(t['effect'])} "
+    effect = "non-finite" if t["effect"] >= 1e5 else _fmt(t["effect"])
+    return (f"{status}: {t['statistic']} p={t['p_mannwhitney']:.3f} effect={effect} "
             f"(margin {_fmt(t['margin'])}); baseline healthy={res['baseline']['healthy']}; "
             f"onsets {res['onset_steps']} (empirical {res['empirical_onsets']})")
 
