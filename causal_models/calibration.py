@@ -8,8 +8,12 @@ Recalibration, fitted on out-of-family predictions (a grouped cross-validation i
 ``ProbabilisticReasoner.fit``, as scikit-learn's ``CalibratedClassifierCV`` fits on held-out
 folds):
 
-- ``temperature``: ``p_k ∝ p_k ** (1 / T)``, ``T`` minimising the NLL (scipy), the method of
-  Guo et al. (2017);
+- ``temperature``: ``p_k ∝ p_k ** (1 / T)`` (Guo et al., 2017), mixed with the uniform
+  distribution, ``(1 - eps) * p_T + eps / K``: ``T`` and ``eps`` minimise the NLL of the
+  held-out predictions (scipy). The mixture is what a model that is right about the
+  families it knows and sometimes confidently wrong about a new one needs: ``T`` alone can
+  only flatten every prediction to pay for the few confident misses, ``eps`` caps the
+  confidence at what held-out accuracy supports;
 - ``isotonic``: one-vs-rest ``sklearn.isotonic.IsotonicRegression`` per class, renormalised
   (Zadrozny & Elkan, 2002);
 - ``none``: identity.
@@ -109,6 +113,8 @@ class Calibrator:
     method : {"temperature", "isotonic", "none"}
     temperature : float
         For ``temperature``: the fitted T (1 = identity).
+    epsilon : float
+        For ``temperature``: weight of the uniform distribution mixed in (0 = none).
     isotonic : list of (list of float, list of float)
         For ``isotonic``: per class, the fitted thresholds (x, y).
     n_fit : int
@@ -117,6 +123,7 @@ class Calibrator:
 
     method: Literal["temperature", "isotonic", "none"] = "none"
     temperature: float = 1.0
+    epsilon: float = 0.0
     isotonic: list[tuple[list[float], list[float]]] = field(default_factory=list)
     n_fit: int = 0
 
@@ -124,7 +131,8 @@ class Calibrator:
         """Recalibrated probabilities; rows still sum to 1."""
         probs = np.asarray(probs, dtype=float)
         if self.method == "temperature":
-            return _temper(probs, self.temperature)
+            k = probs.shape[-1]
+            return (1.0 - self.epsilon) * _temper(probs, self.temperature) + self.epsilon / k
         if self.method == "isotonic" and self.isotonic:
             cols = [np.interp(probs[..., k], np.asarray(x), np.asarray(yv))
                     for k, (x, yv) in enumerate(self.isotonic)]
@@ -134,13 +142,14 @@ class Calibrator:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain-dict form."""
-        return {"method": self.method, "temperature": self.temperature,
+        return {"method": self.method, "temperature": self.temperature, "epsilon": self.epsilon,
                 "isotonic": [[list(x), list(y)] for x, y in self.isotonic], "n_fit": self.n_fit}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Calibrator:
         """Inverse of :meth:`to_dict`."""
         return cls(method=data["method"], temperature=float(data["temperature"]),
+                   epsilon=float(data.get("epsilon", 0.0)),
                    isotonic=[(list(x), list(y)) for x, y in data.get("isotonic", [])],
                    n_fit=int(data.get("n_fit", 0)))
 
@@ -173,11 +182,23 @@ def fit_calibrator(method: Literal["temperature", "isotonic", "none"], probs: np
     if method == "none" or len(y) < 2:
         return Calibrator("none", n_fit=int(len(y)))
     if method == "temperature":
-        from scipy.optimize import minimize_scalar
+        from scipy.optimize import minimize
 
-        res = minimize_scalar(lambda lt: negative_log_likelihood(_temper(probs, np.exp(lt)), y),
-                              bounds=(np.log(0.05), np.log(50.0)), method="bounded")
-        return Calibrator("temperature", temperature=float(np.exp(res.x)), n_fit=int(len(y)))
+        k = probs.shape[1]
+
+        def loss(theta: np.ndarray) -> float:
+            t, eps = float(np.exp(theta[0])), float(theta[1])
+            mixed = (1.0 - eps) * _temper(probs, t) + eps / k
+            return brier_score(mixed, y)
+
+        best = None
+        for start in ((0.0, 0.01), (np.log(3.0), 0.1), (np.log(0.7), 0.05)):
+            res = minimize(loss, np.array(start), method="L-BFGS-B",
+                           bounds=[(0.0, 0.0), (0.0, 0.5)])
+            if best is None or res.fun < best.fun:
+                best = res
+        return Calibrator("temperature", temperature=float(np.exp(best.x[0])),
+                          epsilon=float(best.x[1]), n_fit=int(len(y)))
     from sklearn.isotonic import IsotonicRegression
 
     tables = []

@@ -23,6 +23,8 @@ States (all thresholds in :class:`Bins`, documented there):
 - ``act[b]@t`` in :data:`ACT_STATES`: activation health from dead-unit and saturation shares
   of the block's activation modules and from non-finite or huge outputs.
 - ``loss@t`` in :data:`LOSS_STATES`: the loss in slice ``t`` against its start.
+- Run-level evidence on the failure: ``progress`` (final loss over early loss) and ``spikes``
+  (largest global gradient norm over its median).
 - Run-level evidence on the knobs: ``update`` (early ||dW||/||W||, tells a learning-rate
   level), ``fwd_gain`` (activation scale last block / first block at the first recorded step,
   tells an init scale), ``input_mag`` (scale of the first layer's output), ``lr_config``
@@ -52,6 +54,8 @@ __all__ = [
     "UPDATE_STATES",
     "GAIN_STATES",
     "INPUT_STATES",
+    "PROGRESS_STATES",
+    "SPIKE_STATES",
     "LR_CONFIG_STATES",
     "INIT_CONFIG_STATES",
     "INPUT_CONFIG_STATES",
@@ -75,6 +79,8 @@ LOSS_STATES: tuple[str, ...] = ("decreasing", "low", "flat", "rising", "nonfinit
 UPDATE_STATES: tuple[str, ...] = ("tiny", "small", "normal", "large", "nonfinite")
 GAIN_STATES: tuple[str, ...] = ("shrinking", "stable", "growing")
 INPUT_STATES: tuple[str, ...] = ("normal", "large")
+PROGRESS_STATES: tuple[str, ...] = ("learned", "partial", "none", "worse", "nonfinite")
+SPIKE_STATES: tuple[str, ...] = ("calm", "spiky", "extreme", "nonfinite")
 LR_CONFIG_STATES: tuple[str, ...] = ("low", "typical", "high", "unknown")
 INIT_CONFIG_STATES: tuple[str, ...] = ("small", "default", "large", "unknown")
 INPUT_CONFIG_STATES: tuple[str, ...] = ("standardized", "raw", "unknown")
@@ -142,6 +148,10 @@ class Bins:
         A configured input multiplier above this counts as raw (unstandardized) inputs.
     deep_layers : int
         Weighted layers from which a model counts as ``deep``.
+    progress_edges : tuple of float
+        Final over early loss: learned | partial | none | worse.
+    spike_edges : tuple of float
+        Decades of max over median global gradient norm: calm | spiky | extreme.
     spike_factor : float
         Onset: a loss above this multiple of its early median.
     grad_spike : float
@@ -165,6 +175,8 @@ class Bins:
     init_gain_edges: tuple[float, float] = (0.5, 2.0)
     input_scale_raw: float = 10.0
     deep_layers: int = 8
+    progress_edges: tuple[float, float, float] = (0.5, 0.7, 1.05)
+    spike_edges: tuple[float, float] = (1.0, 2.5)
     spike_factor: float = 3.0
     grad_spike: float = 100.0
 
@@ -548,8 +560,31 @@ def _block_states(trace: Trace, blocks: tuple[tuple[str, ...], ...], bounds: lis
 
 def _run_states(trace: Trace, blocks: tuple[tuple[str, ...], ...], bins: Bins,
                 states: dict[str, str], features: dict[str, float]) -> None:
-    """Run-level evidence on the knobs: update ratio, forward gain, input magnitude."""
+    """Run-level evidence: progress, gradient spikes; on the knobs: update ratio, forward
+    gain, input magnitude."""
     steps = trace.steps
+    loss = steps["loss"].to_numpy(dtype=float)
+    gnorm = steps["grad_norm"].to_numpy(dtype=float)
+    if not np.isfinite(loss).all():
+        states["progress"], progress = "nonfinite", float("inf")
+    else:
+        tail = loss[-max(3, len(loss) // 20):]
+        l0 = _early(loss, len(loss))
+        progress = float(np.median(tail) / l0) if abs(l0) > 1e-12 else 1.0
+        e = bins.progress_edges
+        states["progress"] = ("learned" if progress < e[0] else "partial" if progress < e[1]
+                              else "none" if progress < e[2] else "worse")
+    features["progress"] = progress
+    finite_g = gnorm[np.isfinite(gnorm) & (gnorm > 0)]
+    if not np.isfinite(gnorm).all():
+        states["spikes"], spikes = "nonfinite", float("inf")
+    elif finite_g.size:
+        spikes = float(np.log10(finite_g.max() / np.median(finite_g)))
+        e2 = bins.spike_edges
+        states["spikes"] = "calm" if spikes < e2[0] else "spiky" if spikes < e2[1] else "extreme"
+    else:
+        states["spikes"], spikes = "calm", 0.0
+    features["spikes"] = spikes
     upd = steps["update_ratio"].to_numpy(dtype=float)
     k = max(3, len(upd) // 20)
     head = upd[:k]

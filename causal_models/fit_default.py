@@ -14,6 +14,7 @@ Options::
     --seeds 100 101          fit seeds
     --severities all         "all" severities of each sweep or only the "default"
     --no-counterfactuals     leave out the fixes/counterfactual knob runs
+    --keep-unmanifested      also fit on runs whose declared outcome did not manifest
     --workers 2              parallel training processes
     --runs-dir DIR           trace cache (default: results/zoo_cache)
     --out PATH               where to write the model
@@ -143,15 +144,32 @@ def with_family_labels(trace: Any) -> Any:
     return trace
 
 
-def load_zoo_traces(paths: list[Path]) -> list[Any]:
-    """Load traces, add family labels, drop runs whose outcome the zoo does not declare."""
+def load_zoo_traces(paths: list[Path], *, manifest_only: bool = False) -> list[Any]:
+    """Load traces, add family labels, drop runs whose outcome the zoo does not declare.
+
+    Parameters
+    ----------
+    paths : list of path
+    manifest_only : bool, default=False
+        Also drop runs whose declared outcome the run does not show by the zoo's own health
+        judgement (``experiments.symptoms.health_report``): a run labelled failing that
+        trained healthily, or the reverse. For *fitting* only: the DeepCrime rule that a
+        fault counts where it manifests, applied per run.
+    """
     from neuraldbg.trace import load_trace
 
     out = []
     for p in paths:
         trace = with_family_labels(load_trace(p))
-        if (trace.ground_truth or {}).get("failure_type") is not None:
-            out.append(trace)
+        label = (trace.ground_truth or {}).get("failure_type")
+        if label is None:
+            continue
+        if manifest_only:
+            from experiments.symptoms import health_report
+
+            if bool(health_report(trace)["healthy"]) != (label == "healthy"):
+                continue
+        out.append(trace)
     return out
 
 
@@ -165,6 +183,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--seeds", type=int, nargs="+", default=[100, 101])
     parser.add_argument("--severities", choices=("all", "default"), default="all")
     parser.add_argument("--no-counterfactuals", action="store_true")
+    parser.add_argument("--keep-unmanifested", action="store_true",
+                        help="fit also on runs whose declared outcome did not manifest")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--runs-dir", default=str(_ROOT / "results" / "zoo_cache"))
     parser.add_argument("--out", default=str(causal_models.DEFAULT_MODEL_PATH))
@@ -176,7 +196,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     t0 = time.perf_counter()
     paths = run_zoo(specs, args.runs_dir, workers=args.workers)
     t_runs = time.perf_counter() - t0
-    traces = load_zoo_traces(paths)
+    traces = load_zoo_traces(paths, manifest_only=not args.keep_unmanifested)
     t0 = time.perf_counter()
     model = ProbabilisticReasoner().fit(traces)
     t_fit = time.perf_counter() - t0

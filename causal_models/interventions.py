@@ -3,22 +3,28 @@
 ``intervene(do={node: state})`` answers P(failure_type | do(...)) on the network through
 pgmpy's ``CausalInference`` (graph surgery on a copy, adjustment where needed).
 
-``what_if(trace, lr_scale=0.1, ...)`` answers for *one* run, in Pearl's three steps, written
-as DoWhy's gcm writes them:
+``what_if(trace, lr_scale=0.1, ...)`` answers for *one* run in Pearl's three steps, written
+as DoWhy's gcm writes them, on the twin network of the causal core (knobs -> faults ->
+root cause -> failure type):
 
-1. **Abduction**: the posterior, given everything the trace shows, over the run's exogenous
-   nodes: the latent knob levels (``lr_level``, ``init_level``, ``input_level``: how far each
-   knob sits from what this run tolerates) and the registered causes' latent traits.
+1. **Abduction**: given everything the trace shows, the joint posterior of each fault node
+   and its unobserved parents (the latent knob levels ``lr_level``, ``init_level``,
+   ``input_level``: how far each knob sits from what this run tolerates, and the causes'
+   latent traits). A fault node is a monotone threshold mechanism, ``F = [U < p(parents)]``
+   with ``U ~ Uniform(0, 1)``, so the posterior of ``F`` pins down where this run's ``U``
+   lies.
 2. **Action**: the knobs change. A multiplier moves a level by ``log10(k) / LEVEL_WIDTH``
    level steps (a fractional move splits the mass between the two nearest levels); an
-   activation, normalization or clipping setting replaces that node's state, mapped from the
-   run's config and module table.
-3. **Prediction**: P(failure_type | do(all knob nodes and traits = their acted values)),
-   averaged over the abducted posterior.
+   activation, normalization or clipping setting replaces that node's state.
+3. **Prediction**: with the same ``U``, a fault present in the run stays present with
+   probability ``min(p, p') / p`` and an absent one appears with ``max(0, p' - p) / (1 - p)``,
+   where ``p`` and ``p'`` are P(fault | parents) before and after the action; the root
+   cause and the failure type then follow their conditional tables.
 
-The fault, root-cause and failure-type nodes are re-drawn from their conditional tables in
-the prediction (their own noise is not abducted): a unit's identity is carried by its latent
-knob levels and traits, which the evidence pins down.
+So a knob that does not touch the run's fault leaves the failure in place, and a fix that
+removes it removes the failure, unless another fault the action creates takes its place.
+Faults are treated as independent given the abducted posteriors (their correlation through
+shared latent parents is dropped).
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from causal_models.registry import CONTEXT_NODES, KNOB_NODES
+from causal_models.registry import KNOB_NODES
 from causal_models.structure import LEVEL_NODES, LEVEL_WIDTH
 from neuraldbg.records import HEALTHY
 from neuraldbg.trace import Trace
@@ -210,21 +216,35 @@ def _shift(dist: dict[str, float], states: tuple[str, ...], steps: float) -> dic
     return out
 
 
-def _abduct(reasoner: ProbabilisticReasoner, evidence: dict[str, str],
-            latent: list[str]) -> pd.DataFrame:
-    """Joint posterior over the latent roots given the evidence, one row per configuration."""
+def _joint(reasoner: ProbabilisticReasoner, variables: list[str],
+           evidence: dict[str, str]) -> tuple[list[str], dict[str, list[str]], np.ndarray]:
+    """Normalised joint posterior of ``variables`` (VE): (order, state names, values)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        factor = reasoner._engine().query(latent, evidence=evidence, joint=True,
+        factor = reasoner._engine().query(variables, evidence=evidence, joint=True,
                                           show_progress=False)
     factor = factor.copy()
     factor.normalize()
-    grids = np.meshgrid(*[np.arange(len(factor.state_names[v])) for v in factor.variables],
-                        indexing="ij")
-    frame = pd.DataFrame({v: np.asarray(factor.state_names[v], dtype=object)[g.ravel()]
-                          for v, g in zip(factor.variables, grids)})
-    frame["p"] = factor.values.ravel()
-    return frame[frame["p"] > 1e-6].reset_index(drop=True)
+    return list(factor.variables), dict(factor.state_names), np.asarray(factor.values)
+
+
+def _p_yes(cpd: Any, assignment: dict[str, str]) -> float:
+    """P(fault = yes | parents = assignment) from a fault node's table."""
+    parents = list(cpd.variables[1:])
+    values = cpd.get_values()
+    col = 0
+    for p in parents:
+        col = col * len(cpd.state_names[p]) + cpd.state_names[p].index(assignment[p])
+    yes = cpd.state_names[cpd.variables[0]].index("yes")
+    return float(values[yes, col])
+
+
+def _cf_yes(factual: int, p: float, p_new: float) -> float:
+    """P(fault present after the action | factual state) under ``F = [U < p]``."""
+    p = min(max(p, 1e-9), 1 - 1e-9)
+    if factual:
+        return min(p, p_new) / p
+    return max(0.0, p_new - p) / (1.0 - p)
 
 
 def what_if(reasoner: ProbabilisticReasoner, trace: Trace, **knobs: Any) -> Counterfactual:
@@ -253,75 +273,90 @@ def what_if(reasoner: ProbabilisticReasoner, trace: Trace, **knobs: Any) -> Coun
     """
     reasoner._check_fitted()
     changes = validate_knobs(knobs)
-    states = reasoner.structure_.states
-    roles = reasoner.structure_.roles
+    structure = reasoner.structure_
+    roles, network = structure.roles, reasoner.network_
     evidence = reasoner.evidence(trace)
     factual = reasoner.predict_proba(trace)[0]
     classes = list(reasoner.classes_)
+    latent = {n for n, r in roles.items() if r in ("latent_knob", "trait")}
 
-    # 1. Abduction: posterior over the run's exogenous (latent root) nodes.
-    latent = [n for n, r in roles.items() if r in ("latent_knob", "trait")]
-    posterior = _abduct(reasoner, evidence, latent)
-
-    # 2. Action: the knob nodes under the intervention.
-    observed_knobs = {n: evidence[n] for n, r in roles.items()
-                      if r == "knob" and n in evidence}
-    observed_knobs.update({n: evidence[n] for n in CONTEXT_NODES if n in evidence})
-    action: dict[str, Any] = {}
+    # 2. Action (the node states under the intervention), set up first: abduction needs
+    # to know which parents move.
+    acted: dict[str, str] = {}
     if "grad_clip" in changes:
-        observed_knobs["clipping"] = "clipped"
-        action["clipping"] = "clipped"
+        acted["clipping"] = "clipped"
     if "activation" in changes:
-        observed_knobs["activation"] = changes["activation"]
-        action["activation"] = changes["activation"]
+        acted["activation"] = changes["activation"]
     if "normalization" in changes:
-        observed_knobs["normalization"] = changes["normalization"]
-        action["normalization"] = changes["normalization"]
+        acted["normalization"] = changes["normalization"]
     moves = {node: math.log10(changes[knob]) / LEVEL_WIDTH[node]
              for node, knob in LEVEL_NODES.items() if knob in changes}
-    action.update({f"{node} (level steps)": round(v, 3) for node, v in moves.items()})
-    acted: dict[tuple[str, ...], float] = {}
-    for _, row in posterior.iterrows():
-        parts: list[list[tuple[str, float]]] = []
-        for node in latent:
-            if node in moves:
-                shifted = _shift({row[node]: 1.0}, KNOB_NODES[node], moves[node])
-                parts.append([(s, w) for s, w in shifted.items() if w > 0])
-            else:
-                parts.append([(row[node], 1.0)])
-        for combo in _product(parts):
-            key = tuple(s for s, _ in combo)
-            acted[key] = acted.get(key, 0.0) + float(row["p"]) * float(
-                np.prod([w for _, w in combo]))
 
-    # 3. Prediction: P(failure_type | do(acted latent levels and knobs)), averaged.
-    predicted = np.zeros(len(classes))
-    kept = {k: w for k, w in acted.items() if w > 1e-4}
-    total = sum(kept.values())
-    for key, w in kept.items():
-        do = {**observed_knobs, **dict(zip(latent, key))}
-        do = {n: s for n, s in do.items() if n in states}
-        predicted += (w / total) * _query_do(reasoner, do, None)
+    faults = sorted(n for n, r in roles.items() if r == "fault")
+    q_new: dict[str, float] = {}
+    q_old: dict[str, float] = {}
+    abduction: dict[str, Any] = {}
+    for fault in faults:
+        cpd = network.get_cpds(fault)
+        parents = list(cpd.variables[1:])
+        hidden = [p for p in parents if p in latent]
+        # 1. Abduction: joint posterior of the fault and its unobserved parents.
+        order, names, values = _joint(reasoner, [fault, *hidden], evidence)
+        observed = {p: evidence[p] for p in parents if p not in latent}
+        after = {p: acted.get(p, v) for p, v in observed.items()}
+        total = 0.0
+        present = 0.0
+        for idx in np.ndindex(values.shape):
+            w = float(values[idx])
+            if w < 1e-9:
+                continue
+            state = {v: names[v][i] for v, i in zip(order, idx)}
+            f = int(state[fault] == "yes")
+            present += w * f
+            p = _p_yes(cpd, {**observed, **{h: state[h] for h in hidden}})
+            # 3. Prediction for this fault: move the hidden levels, keep the run's U.
+            options: list[tuple[dict[str, str], float]] = [({}, 1.0)]
+            for h in hidden:
+                dist = (_shift({state[h]: 1.0}, KNOB_NODES[h], moves[h]) if h in moves
+                        else {state[h]: 1.0})
+                options = [({**a, h: s}, wa * ws) for a, wa in options
+                           for s, ws in dist.items() if ws > 0]
+            for assign, wa in options:
+                total += w * wa * _cf_yes(f, p, _p_yes(cpd, {**after, **assign}))
+        q_new[fault], q_old[fault] = total, present
+        abduction[fault] = round(present, 4)
+
+    # 3. Prediction: root cause and failure type from the acted fault probabilities.
+    rc_cpd = network.get_cpds("root_cause")
+    weights = np.ones(1)
+    for parent in rc_cpd.variables[1:]:
+        q = q_new[parent]
+        bern = np.array([1 - q, q]) if rc_cpd.state_names[parent][0] == "no" else np.array(
+            [q, 1 - q])
+        weights = np.kron(weights, bern)
+    p_rc = rc_cpd.get_values() @ weights
+    ft_cpd = network.get_cpds("failure_type")
+    p_ft = ft_cpd.get_values() @ p_rc
+    p_ft = p_ft / p_ft.sum()
+    predicted = np.array([p_ft[ft_cpd.state_names["failure_type"].index(c)] for c in classes])
     healthy = classes.index(HEALTHY)
-    top = int(np.argmax(predicted))
+    latent_post = {}
+    for node in sorted(latent):
+        order, names, values = _joint(reasoner, [node], evidence)
+        latent_post[node] = {s: round(float(v), 4) for s, v in zip(names[node], values)}
     return Counterfactual(
         knobs=dict(knobs),
         p_failure_factual=float(1.0 - factual[healthy]),
         p_failure=float(1.0 - predicted[healthy]),
-        failure_type=str(classes[top]),
+        failure_type=str(classes[int(np.argmax(predicted))]),
         p_failure_types={c: float(p) for c, p in zip(classes, predicted)},
         p_failure_types_factual={c: float(p) for c, p in zip(classes, factual)},
         metadata={
-            "method": "abduction-action-prediction",
-            "abduction": {n: posterior.groupby(n)["p"].sum().round(4).to_dict() for n in latent},
-            "action": action,
-            "prediction": {"n_configurations": len(kept),
-                           "knob_states": observed_knobs},
+            "method": "abduction-action-prediction (twin network, monotone faults)",
+            "abduction": {"p_fault": abduction, "latent": latent_post},
+            "action": {**acted, **{f"{n} (level steps)": round(v, 3)
+                                   for n, v in moves.items()}},
+            "prediction": {"p_fault": {f: round(q, 4) for f, q in q_new.items()},
+                           "p_root_cause": {s: round(float(v), 4) for s, v in zip(
+                               rc_cpd.state_names["root_cause"], p_rc)}},
         })
-
-
-def _product(parts: list[list[tuple[str, float]]]) -> list[list[tuple[str, float]]]:
-    out: list[list[tuple[str, float]]] = [[]]
-    for options in parts:
-        out = [prev + [opt] for prev in out for opt in options]
-    return out

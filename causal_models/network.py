@@ -67,6 +67,16 @@ def _pgmpy() -> Any:
     return models, est, inf, TabularCPD
 
 
+def _is_plain(ground_truth: dict[str, Any]) -> bool:
+    """A run of the scenario as defined: no knob changed, default severity (when known)."""
+    knobs = ground_truth.get("knobs") or {}
+    changed = any(v is not None and (k not in ("lr_scale", "init_scale", "input_scale")
+                                     or v != 1.0) for k, v in knobs.items())
+    default = ground_truth.get("default_severity")
+    off_default = default is not None and ground_truth.get("severity") != default
+    return not changed and not off_default
+
+
 class ProbabilisticReasoner:
     """Posterior over failure types and root causes from a time-sliced Bayesian network.
 
@@ -87,8 +97,9 @@ class ProbabilisticReasoner:
     calibration : {"temperature", "isotonic", "none"}, default="temperature"
         Recalibration of the failure-type posterior, fitted on out-of-family predictions of
         a grouped cross-validation inside ``fit``.
-    calibration_cv : int, default=4
-        Folds (grouped by family) of that cross-validation.
+    calibration_cv : int or None, default=None
+        Folds (grouped by family) of that cross-validation; None: one per family (the
+        held-out predictions then come from models that miss one family, as in use).
     min_confidence : float, default=0.02
         ``explain`` lists failure types with at least this posterior.
     rule_evidence : bool, default=True
@@ -127,7 +138,7 @@ class ProbabilisticReasoner:
                  persistence: float = 4.0, coupling: float = 2.0,
                  balance: Literal["family", "none"] = "family",
                  calibration: Literal["temperature", "isotonic", "none"] = "temperature",
-                 calibration_cv: int = 4, min_confidence: float = 0.02,
+                 calibration_cv: int | None = None, min_confidence: float = 0.02,
                  rule_evidence: bool = True, rule_trust: float = 0.7,
                  bins: Bins | None = None) -> None:
         self.n_slices = n_slices
@@ -164,6 +175,8 @@ class ProbabilisticReasoner:
     def _check_params(self) -> None:
         for name in ("n_slices", "n_blocks", "calibration_cv"):
             value = getattr(self, name)
+            if name == "calibration_cv" and value is None:
+                continue
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}.")
         if self.n_slices < 2:
@@ -228,7 +241,7 @@ class ProbabilisticReasoner:
         traces = list(traces)
         if not traces:
             raise ValueError("fit needs at least one trace with ground truth; got none.")
-        rows, families = [], []
+        rows, families, plain = [], [], []
         for i, trace in enumerate(traces):
             gt = trace.ground_truth
             if not gt:
@@ -237,6 +250,7 @@ class ProbabilisticReasoner:
                     "(experiments.run_scenario) or add the ground truth to the trace meta.")
             rows.append({**self._discretize(trace).states, **training_labels(gt)})
             families.append(str(gt.get("family", f"run{i}")))
+            plain.append(_is_plain(gt))
         self.structure_ = build_structure(n_slices=self.n_slices, n_blocks=self.n_blocks,
                                           prior_strength=self.prior_strength,
                                           persistence=self.persistence, coupling=self.coupling,
@@ -250,7 +264,7 @@ class ProbabilisticReasoner:
         self.n_fit_traces_ = len(traces)
         self.fit_families_ = sorted(set(families))
         self._inference = None
-        self.calibrator_ = self._fit_calibrator(data, weights, families)
+        self.calibrator_ = self._fit_calibrator(data, weights, families, np.array(plain))
         return self
 
     def _weights(self, families: Sequence[str]) -> np.ndarray:
@@ -283,13 +297,21 @@ class ProbabilisticReasoner:
         return model
 
     def _fit_calibrator(self, data: pd.DataFrame, weights: np.ndarray,
-                        families: list[str]) -> Calibrator:
+                        families: list[str], plain: np.ndarray) -> Calibrator:
+        """Fit the calibrator on out-of-family predictions of a grouped cross-validation.
+
+        Every run is fitted on, but only the *plain* held-out runs (the scenario as defined, no
+        knob changed, default severity) are predicted and calibrated on: those are what a
+        reasoner meets in use, while mild severities and knob sweeps exist to teach the
+        tables. Falls back to all held-out runs when fewer than 10 are plain.
+        """
         groups = sorted(set(families))
         if self.calibration == "none" or len(groups) < 2:
             return fit_calibrator("none", np.ones((1, len(self.classes_))), np.zeros(1, int))
-        k = min(self.calibration_cv, len(groups))
+        k = len(groups) if self.calibration_cv is None else min(self.calibration_cv, len(groups))
         fam = np.array(families)
         fold_of = {g: i % k for i, g in enumerate(groups)}
+        target = plain if plain.sum() >= 10 else np.ones(len(data), dtype=bool)
         probs = np.zeros((len(data), len(self.classes_)))
         full = self.network_
         for fold in range(k):
@@ -297,11 +319,15 @@ class ProbabilisticReasoner:
             if test.all() or not test.any():
                 continue
             sub = self._estimate(data[~test].reset_index(drop=True), weights[~test])
-            evidence = data[test][self.structure_.observed_nodes()].to_dict("records")
-            probs[test] = self._joint_batch(sub, evidence).sum(axis=2)
+            scored = test & target
+            evidence = data[scored][self.structure_.observed_nodes()].to_dict("records")
+            if evidence:
+                probs[scored] = self._joint_batch(sub, evidence).sum(axis=2)
         self.network_ = full
         index = {c: i for i, c in enumerate(self.classes_)}
         y = np.array([index[v] for v in data["failure_type"]])
+        keep = target & (probs.sum(axis=1) > 0)
+        probs, y = probs[keep], y[keep]
         return fit_calibrator(self.calibration, probs, y)
 
     # -------------------------------------------------------------- inference
@@ -362,7 +388,8 @@ class ProbabilisticReasoner:
         calibrated = self.calibrator_.transform(marginal)
         with np.errstate(invalid="ignore", divide="ignore"):
             conditional = np.where(marginal[..., None] > 0, joint / marginal[..., None], 0.0)
-        return conditional * calibrated[..., None]
+        joint = np.clip(conditional * calibrated[..., None], 0.0, None)
+        return joint / joint.sum(axis=(-2, -1), keepdims=True)
 
     def _joint_traces(self, traces: Iterable[Trace] | Trace) -> np.ndarray:
         self._check_fitted()
@@ -421,7 +448,7 @@ class ProbabilisticReasoner:
         hyps: list[Hypothesis] = []
         for i in np.argsort(-marginal, kind="stable"):
             ft = str(self.classes_[i])
-            p_ft = float(marginal[i])
+            p_ft = min(1.0, max(0.0, float(marginal[i])))
             if ft == HEALTHY or p_ft < self.min_confidence:
                 continue
             cond = joint[i] / p_ft

@@ -78,8 +78,9 @@ class FailureMode:
     name : str
         The failure type, e.g. ``"exploding_gradients"``.
     signature : dict
-        Key ``"<kind>[.<where>...]"`` with kind in {``grad``, ``act``, ``loss``} and where in
-        {``input``, ``output``, ``early``, ``late``} -> weights over that node's states. The
+        Key ``"<kind>[.<where>...]"`` with kind in {``grad``, ``act``, ``loss``,
+        ``progress``, ``spikes``} and where in {``input``, ``output``, ``early``, ``late``}
+        (slice nodes only) -> weights over that node's states. The
         most specific key that matches a node wins; unnamed states get weight ``floor``.
     description : str
         One line for reports.
@@ -165,6 +166,7 @@ class RootCause:
                 for t, states in self.traits.items()}
 
 
+_SIGNATURE_KINDS = ("grad", "act", "loss", "progress", "spikes")
 _FAILURE_MODES: dict[str, FailureMode] = {}
 _ROOT_CAUSES: dict[str, RootCause] = {}
 
@@ -205,9 +207,9 @@ def register_failure_mode(
             f"{_known('failure mode')}. Pick a new name or unregister({name!r}) first.")
     for key in signature:
         kind = key.split(".")[0]
-        if kind not in ("grad", "act", "loss"):
+        if kind not in _SIGNATURE_KINDS:
             raise ValueError(f"Signature key {key!r} of failure mode {name!r} must start with "
-                             "'grad', 'act' or 'loss' (e.g. 'grad.input.late').")
+                             f"one of {list(_SIGNATURE_KINDS)} (e.g. 'grad.input.late').")
     mode = FailureMode(name, dict(signature), description, family, floor)
     _FAILURE_MODES[name] = mode
     return mode
@@ -321,35 +323,43 @@ _FLAT = {"flat": 1.0}
 register_failure_mode(HEALTHY, description="trains normally", signature={
     "loss": {"decreasing": 1.0, "low": 1.0, "flat": 0.3},
     "loss.early": {"decreasing": 1.0, "flat": 0.7, "low": 0.3},
-    "grad": {"healthy": 1.0}, "act": {"normal": 1.0}})
+    "grad": {"healthy": 1.0}, "act": {"normal": 1.0},
+    "progress": {"learned": 1.0, "partial": 0.3}, "spikes": {"calm": 1.0, "spiky": 0.3}})
 register_failure_mode("vanishing_gradients", description="gradients die out toward the input",
                       signature={
     "loss": {"flat": 1.0, "decreasing": 0.2}, "grad.input": {"vanishing": 1.0, "healthy": 0.2},
-    "grad.output": {"healthy": 1.0}, "act": {"normal": 1.0, "saturated": 0.5}})
+    "grad.output": {"healthy": 1.0}, "act": {"normal": 1.0, "saturated": 0.5},
+    "progress": {"none": 1.0, "partial": 0.5}, "spikes": {"calm": 1.0}})
 register_failure_mode("exploding_gradients", description="gradients grow by orders of magnitude",
                       signature={
     "loss.early": {"flat": 1.0, "decreasing": 0.5, "rising": 0.3},
     "loss.late": {"rising": 1.0, "nonfinite": 1.0},
     "grad.early": {"healthy": 1.0, "exploding": 0.5},
     "grad.late": {"exploding": 1.0, "nonfinite": 0.4},
-    "act.late": {"anomalous": 1.0, "normal": 0.3}})
+    "act.late": {"anomalous": 1.0, "normal": 0.3},
+    "progress": {"nonfinite": 1.0, "worse": 0.7, "none": 0.5},
+    "spikes": {"extreme": 1.0, "nonfinite": 1.0, "spiky": 0.7}})
 register_failure_mode("dead_neurons", description="rectifier units output zero for every input",
                       signature={
     "loss": {"flat": 1.0}, "act": {"dead": 1.0, "normal": 0.3},
-    "grad.input": {"vanishing": 1.0, "healthy": 0.5}})
+    "grad.input": {"vanishing": 1.0, "healthy": 0.5},
+    "progress": {"none": 1.0, "partial": 0.5, "worse": 0.3}, "spikes": {"calm": 1.0, "spiky": 0.5}})
 register_failure_mode("saturated_activations", description="sigmoid/tanh units stuck in the tails",
                       signature={
     "loss": {"flat": 1.0}, "act": {"saturated": 1.0, "normal": 0.3},
-    "grad.input": {"vanishing": 1.0, "healthy": 0.5}})
+    "grad.input": {"vanishing": 1.0, "healthy": 0.5},
+    "progress": {"none": 1.0, "partial": 0.8}})
 register_failure_mode("loss_divergence", description="loss blows up or turns non-finite",
                       signature={
     "loss.early": {"flat": 1.0, "decreasing": 0.7, "rising": 0.5},
     "loss.late": {"nonfinite": 1.0, "rising": 0.8},
     "grad.early": {"healthy": 1.0}, "grad.late": {"nonfinite": 1.0, "healthy": 0.3},
-    "act.late": {"anomalous": 1.0, "normal": 0.5}})
+    "act.late": {"anomalous": 1.0, "normal": 0.5},
+    "progress": {"nonfinite": 1.0, "worse": 0.8}, "spikes": {"nonfinite": 1.0, "extreme": 0.8}})
 register_failure_mode("training_plateau", description="loss does not move with healthy gradients",
                       signature={
-    "loss": {"flat": 1.0, "decreasing": 0.1}, "grad": {"healthy": 1.0}, "act": {"normal": 1.0}})
+    "loss": {"flat": 1.0, "decreasing": 0.1}, "grad": {"healthy": 1.0}, "act": {"normal": 1.0},
+    "progress": {"none": 1.0, "partial": 0.3}, "spikes": {"calm": 1.0}})
 
 
 def _levels(state: str, high: tuple[str, ...], p_high: float, p_other: float = 0.01) -> float:
@@ -363,8 +373,8 @@ def _levels(state: str, high: tuple[str, ...], p_high: float, p_other: float = 0
                      description="steps too large for the loss surface")
 def _lr_high(lr_level: str, clipping: str, normalization: str) -> float:
     p = {"high": 0.9, "very_high": 0.97}.get(lr_level, 0.01)
-    if clipping == "clipped":
-        p *= 0.4
+    if clipping == "clipped":  # clipping bounds a step, not a rate that is off for good
+        p *= 0.7
     return p if normalization == "none" else p * 0.7
 
 
@@ -382,7 +392,7 @@ def _lr_low(lr_level: str) -> float:
                      description="weights so large that signals grow layer by layer")
 def _init_large(init_level: str, normalization: str) -> float:
     base = {"large": 0.85, "very_large": 0.97}.get(init_level, 0.01)
-    return base if normalization == "none" else base * 0.5
+    return base if normalization == "none" else base * 0.15  # normalization rescales
 
 
 @register_root_cause("init_scale_too_small", parents=("init_level", "normalization"),
@@ -391,7 +401,7 @@ def _init_large(init_level: str, normalization: str) -> float:
                      description="weights so small that signals shrink layer by layer")
 def _init_small(init_level: str, normalization: str) -> float:
     base = {"small": 0.85, "very_small": 0.97}.get(init_level, 0.01)
-    return base if normalization == "none" else base * 0.5
+    return base if normalization == "none" else base * 0.15
 
 
 @register_root_cause("saturating_activation", parents=("activation", "depth", "normalization"),
@@ -406,14 +416,16 @@ def _saturating(activation: str, depth: str, normalization: str) -> float:
     return p if normalization == "none" else p * 0.3
 
 
-@register_root_cause("negative_bias_init", parents=("bias_init", "activation"),
+@register_root_cause("negative_bias_init", parents=("bias_init", "activation", "normalization"),
                      traits={"bias_init": ("ok", "negative")}, knob="activation",
                      failure_types={"dead_neurons": 1.0, "vanishing_gradients": 0.3},
                      description="large negative biases switch rectifier units off for good")
-def _negative_bias(bias_init: str, activation: str) -> float:
+def _negative_bias(bias_init: str, activation: str, normalization: str) -> float:
     if bias_init != "negative":
         return 0.01
-    return 0.95 if activation == "relu" else 0.3
+    # a leaky slope of 0.01 barely moves a bias of -10; GELU's tail is flat too
+    p = {"relu": 0.95, "leaky_relu": 0.85, "gelu": 0.5}.get(activation, 0.3)
+    return p if normalization == "none" else p * 0.1  # normalization re-centres the units
 
 
 @register_root_cause("unnormalized_inputs", parents=("input_level", "normalization"),
@@ -423,7 +435,7 @@ def _negative_bias(bias_init: str, activation: str) -> float:
                      description="raw inputs on a scale the first layer cannot absorb")
 def _unnormalized(input_level: str, normalization: str) -> float:
     base = {"large": 0.85, "very_large": 0.97}.get(input_level, 0.01)
-    return base if normalization == "none" else base * 0.6
+    return base if normalization == "none" else base * 0.15
 
 
 @register_root_cause("missing_normalization", parents=("normalization", "depth"),

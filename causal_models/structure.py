@@ -42,6 +42,8 @@ from causal_models.discretize import (
     INPUT_STATES,
     LOSS_STATES,
     LR_CONFIG_STATES,
+    PROGRESS_STATES,
+    SPIKE_STATES,
     UPDATE_STATES,
     slice_node,
 )
@@ -125,7 +127,8 @@ class Structure:
         Node -> parents, sorted by name (pgmpy's column order for conditional tables).
     roles : dict of str to str
         Node -> role: ``knob``, ``latent_knob``, ``context``, ``trait``, ``knob_evidence``,
-        ``fault``, ``root_cause``, ``failure_type``, ``rule_evidence`` or ``slice``.
+        ``fault``, ``root_cause``, ``failure_type``, ``rule_evidence``, ``run_evidence``
+        or ``slice``.
     prior : dict of str to numpy.ndarray
         Node -> pseudo-counts, shape ``(n_states, prod(parent cards))``, parent configurations
         in ``itertools.product`` order of the sorted parents.
@@ -147,7 +150,8 @@ class Structure:
     def observed_nodes(self) -> list[str]:
         """Nodes whose states come from a trace (evidence at inference time)."""
         return [n for n, r in self.roles.items()
-                if r in ("knob", "context", "knob_evidence", "slice", "rule_evidence")]
+                if r in ("knob", "context", "knob_evidence", "slice", "rule_evidence",
+                         "run_evidence")]
 
 
 def _normalised(weights: dict[str, float], states: tuple[str, ...], floor: float) -> np.ndarray:
@@ -250,8 +254,14 @@ def build_structure(*, n_slices: int = 4, n_blocks: int = 3, prior_strength: flo
             rows[node] = (lambda _s=sts, _p=parent, **kw: np.array(
                 [rule_trust if x == kw[_p] else (1 - rule_trust) / (len(_s) - 1) for x in _s]))
 
-    # Slice nodes.
+    # Run-level evidence on the failure.
     by_mode = {m.name: m for m in modes}
+    for node, sts in (("progress", PROGRESS_STATES), ("spikes", SPIKE_STATES)):
+        states[node], parents[node], roles[node] = sts, ("failure_type",), "run_evidence"
+        rows[node] = (lambda _n=node, _s=sts, **kw: np.array(
+            by_mode[kw["failure_type"]].weights(_n, (), _s)))
+
+    # Slice nodes.
     kinds = {"loss": LOSS_STATES, "grad": GRAD_STATES, "act": ACT_STATES}
     for t in range(n_slices):
         when = "early" if t < max(1, n_slices - 2) else "late"
