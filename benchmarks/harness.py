@@ -262,7 +262,8 @@ def _one_fold(f: dict[str, Any], get: Any, latency: bool) -> dict[str, Any]:
                            "fit_runs": _json(f["fit_paths"])}
     try:
         t0 = time.perf_counter()
-        model = ProbabilisticReasoner().fit([get(p) for p in f["fit_paths"]])
+        model = ProbabilisticReasoner(**f.get("fit_params", {})).fit(
+            [get(p) for p in f["fit_paths"]])
         out["fit_s"] = time.perf_counter() - t0
     except Exception as exc:
         out["error"] = f"fit failed: {type(exc).__name__}: {exc}\n{traceback.format_exc(limit=3)}"
@@ -395,7 +396,7 @@ def run_benchmark(suite: Suite, out: str | Path, *, executor: Executor | None = 
     """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    run_dir = Path(run_dir) if run_dir is not None else out.parent / "runs"
+    run_dir = (Path(run_dir) if run_dir is not None else out.parent / "runs").resolve()
     executor = executor or LocalExecutor()
     fp = zoo_fingerprint()
     names, missing = available_methods(methods)
@@ -445,6 +446,7 @@ def run_benchmark(suite: Suite, out: str | Path, *, executor: Executor | None = 
             for value in sorted(score[col].dropna().unique()):
                 te = score[score[col] == value]["path"].tolist()
                 folds.append({"split": split, "fold": str(value),
+                              "fit_params": dict(suite.fit_params),
                               "fit_paths": fit[fit[col] != value]["path"].tolist(),
                               "score_paths": te,
                               "cases": {p: cf_cases.get(p, []) for p in te}})

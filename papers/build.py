@@ -138,7 +138,10 @@ def _suite_description(metrics: dict[str, Any]) -> str:
             f"({n.get('n_fit_runs')} runs), once per held-out fold: leave-one-family-out "
             f"(`probabilistic[family]`) and leave-one-architecture-out "
             f"(`probabilistic[architecture]`), so it is never scored on a family (or "
-            f"architecture) or a seed it was fitted on. Unfitted methods are scored on the same "
+            f"architecture) or a seed it was fitted on"
+            + (f"; the per-fold fits change {dict(s.get('fit_params'))} from the shipped "
+               f"defaults to keep the suite fast" if s.get("fit_params") else "")
+            + f". Unfitted methods are scored on the same "
             f"runs. {n.get('n_counterfactual_reruns')} counterfactual re-runs (seeds "
             f"{s.get('counterfactual_seeds')}) and {n.get('n_repair_reruns')} repair re-runs "
             f"(seeds {s.get('repair_seeds')}). Benchmark wall time "
