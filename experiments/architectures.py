@@ -42,7 +42,8 @@ class TokenBatchNorm(nn.BatchNorm1d):
         return super().forward(x.transpose(1, 2)).transpose(1, 2)
 
 
-def make_norm(kind: str, dim: int, *, spatial: bool = False, tokens: bool = False) -> nn.Module | None:
+def make_norm(kind: str, dim: int, *, spatial: bool = False,
+              tokens: bool = False) -> nn.Module | None:
     """Normalization module for ``dim`` features (None for ``"none"``).
 
     Parameters
@@ -63,7 +64,8 @@ def make_norm(kind: str, dim: int, *, spatial: bool = False, tokens: bool = Fals
         return TokenBatchNorm(dim) if tokens else nn.BatchNorm1d(dim)
     if kind == "layer":
         return nn.GroupNorm(1, dim) if spatial else nn.LayerNorm(dim)
-    raise ValueError(f"Unknown normalization {kind!r}. Valid values are: ['batch', 'layer', 'none']")
+    raise ValueError(f"Unknown normalization {kind!r}. Valid values are: "
+                     "['batch', 'layer', 'none']")
 
 
 def _mlp(arch: ArchConfig, d_in: int, n_classes: int) -> nn.Module:
@@ -130,7 +132,8 @@ class ResidualMLP(nn.Module):
         super().__init__()
         self.stem = nn.Linear(d_in, arch.width)
         self.blocks = nn.ModuleList(
-            ResidualBlock(arch.width, arch.activation, arch.normalization) for _ in range(arch.depth)
+            ResidualBlock(arch.width, arch.activation, arch.normalization)
+            for _ in range(arch.depth)
         )
         self.out = nn.Linear(arch.width, n_classes)
 
@@ -142,7 +145,8 @@ class ResidualMLP(nn.Module):
 
 
 class RecurrentNet(nn.Module):
-    """A GRU, LSTM or Elman RNN (tanh or ReLU) over the sequence; the last hidden state feeds an MLP head.
+    """A GRU, LSTM or Elman RNN (tanh or ReLU) over the sequence; the last hidden state feeds
+    an MLP head.
 
     The ``activation`` knob replaces the head's activation; the gates inside the recurrent
     cell keep theirs (PyTorch's fused cells do not expose them as modules).
@@ -259,8 +263,9 @@ def _initialise(model: nn.Module, arch: ArchConfig) -> None:
         modules = dict(model.named_modules())
         for name, value in arch.bias_fill:
             if name not in modules or getattr(modules[name], "bias", None) is None:
+                valid = [n for n, m in modules.items() if getattr(m, "bias", None) is not None]
                 raise ValueError(f"bias_fill names {name!r}, which is not a module with a bias. "
-                                 f"Modules with a bias: {[n for n, m in modules.items() if getattr(m, 'bias', None) is not None]}")
+                                 f"Modules with a bias: {valid}")
             modules[name].bias.fill_(value)
 
 

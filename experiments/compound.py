@@ -56,29 +56,29 @@ def _compound_dead_and_slow(severity: float) -> Scenario:
     kind="failure",
     architecture="MLP",
     data="teacher",
-    description="One symptom from two causes at once: a 4-layer leaky-ReLU MLP with He "
+    description="One symptom from two causes at once: a 6-layer leaky-ReLU MLP with He "
                 "initialisation times the severity and the learning rate times 50x the "
                 "severity; gradients explode. Severity 1 is the baseline without either "
                 "fault.",
-    default_severity=2.0,
-    severities=(1.5, 2.0, 3.0),
+    default_severity=3.0,
+    severities=(1.5, 2.0, 3.0, 4.0),
     baseline_severity=1.0,
     failure_type="exploding_gradients",
     root_cause="init_scale_too_large",
     root_causes=("init_scale_too_large", "learning_rate_too_high"),
-    canonical_fix={"init_scale": 0.5, "lr_scale": 0.01},
+    canonical_fix={"init_scale": 1 / 3, "lr_scale": 1 / 150},
     equivalent_fixes=(),
     counterfactuals=(
-        {"knobs": {"init_scale": 0.5}, "expected": "exploding_gradients",
+        {"knobs": {"init_scale": 1 / 3}, "expected": "exploding_gradients",
          "root_cause": "learning_rate_too_high"},
-        {"knobs": {"lr_scale": 0.01}, "expected": "exploding_gradients",
+        {"knobs": {"lr_scale": 1 / 150}, "expected": "exploding_gradients",
          "root_cause": "init_scale_too_large"},
     ),
 )
 def _compound_explode_two_causes(severity: float) -> Scenario:
     lr_mult = 1.0 if severity == 1.0 else 50.0 * severity
     return Scenario(
-        arch=ArchConfig("mlp", depth=4, width=64, activation="leaky_relu", init="kaiming",
+        arch=ArchConfig("mlp", depth=6, width=64, activation="leaky_relu", init="kaiming",
                         init_gain=severity),
         data=DataConfig("teacher"),
         train=TrainConfig(lr=0.01 * lr_mult, momentum=0.9, steps=200),

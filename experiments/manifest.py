@@ -6,8 +6,9 @@ family across seeds. Here: a one-sided exact Mann-Whitney U test on the family's
 symptom statistic (p <= ``alpha``; with 3 seeds against 3 this needs complete separation),
 and a median difference of at least the symptom's margin (a factor on the log scale, an
 absolute difference on the linear scale). A Welch t-test on the same transformed values is
-recorded as further evidence. The baseline runs themselves must pass the generic health
-check, and healthy controls must pass it on every seed.
+recorded as further evidence. A statistical difference alone is not a failure: every faulty
+run must also fail the generic health check, and every baseline run must pass it. Healthy
+controls must pass it on every seed.
 
 The same module judges single runs (:func:`judge_outcome`): a counterfactual re-run or a
 repair is healthy when its primary statistic lies within the margin of its family's
@@ -230,6 +231,7 @@ def check_family(name: str, severity: float | None = None, seeds: Sequence[int] 
 
         baseline_crossings = [measure_onset(t, scen.onset) for t in baseline_traces]
     baseline_ok = all(h["healthy"] for h in base_health)
+    faults_fail = not any(h["healthy"] for h in health)
     return {
         "checked": True,
         "family": name,
@@ -238,7 +240,9 @@ def check_family(name: str, severity: float | None = None, seeds: Sequence[int] 
         "seeds": list(seeds),
         "baseline": {"severity": base_sev, "knobs": base_knobs,
                      "healthy": baseline_ok, "health": [_jsonable(h) for h in base_health]},
-        "manifest": bool(primary["separated"] and baseline_ok),
+        "manifest": bool(primary["separated"] and baseline_ok and faults_fail),
+        "faults_fail_health_check": faults_fail,
+        "fault_health": [_jsonable(h) for h in health],
         "tests": tests,
         "onset_steps": onsets,
         "empirical_onsets": empirical,
@@ -246,8 +250,8 @@ def check_family(name: str, severity: float | None = None, seeds: Sequence[int] 
         "onset_consistent": consistent,
         "baseline_onset_crossings": baseline_crossings,
         "method": f"one-sided exact Mann-Whitney U (alpha={alpha}) on the primary symptom "
-                  "plus a median difference >= its margin; baseline runs must pass the "
-                  "generic health check",
+                  "plus a median difference >= its margin; every faulty run fails and every "
+                  "baseline run passes the generic health check",
     }
 
 
@@ -284,8 +288,9 @@ def judge_outcome(trace: ndb.Trace, *, seeds: Sequence[int] = (0, 1, 2)) -> dict
     """Judge one zoo run (a counterfactual re-run, a repair): healthy or which failure.
 
     The run still shows its family's failure when its primary symptom lies beyond every
-    baseline run by the symptom's margin; otherwise it is healthy if it passes the generic
-    health check, else it gets the generic label of :func:`classify_generic`. Baseline runs
+    baseline run by the symptom's margin and it fails the generic health check; otherwise it
+    is healthy if it passes that check, else it gets the generic label of
+    :func:`classify_generic`. Baseline runs
     are made once per family and severity and cached for the process.
 
     Returns
@@ -308,7 +313,7 @@ def judge_outcome(trace: ndb.Trace, *, seeds: Sequence[int] = (0, 1, 2)) -> dict
     base = [b[primary.label] for b in _baseline_values(spec.name, sev, seeds)]
     v = _transform([value], primary)[0]
     b = _transform(base, primary)
-    persists = bool(v - b.max() >= primary.margin)
+    persists = bool(v - b.max() >= primary.margin) and generic != ndb.HEALTHY
     outcome = spec.failure_type if persists else generic
     return {"outcome": outcome, "persists": persists, "generic": generic,
             "statistic": primary.label, "value": value, "baseline_values": base}

@@ -102,7 +102,8 @@ class FamilySpec:
 
     def expected_outcomes(self) -> list[dict[str, Any]]:
         """Every knob setting with a declared outcome: fixes first, then counterfactuals."""
-        out = [{"knobs": dict(self.canonical_fix), "expected": "healthy", "source": "canonical_fix"}]
+        out = [{"knobs": dict(self.canonical_fix), "expected": "healthy",
+                "source": "canonical_fix"}]
         out += [{"knobs": dict(f), "expected": "healthy", "source": "equivalent_fix"}
                 for f in self.equivalent_fixes]
         out += [{**dict(cf), "source": "counterfactual"} for cf in self.counterfactuals]

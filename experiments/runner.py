@@ -241,8 +241,11 @@ def _run(spec: FamilySpec, sev: float, seed: int, out: str | os.PathLike[str] | 
         "failure_type": label,
         "root_cause": ("none" if healthy else
                        (outcome.get("root_cause", spec.root_cause) if outcome else None)),
-        "root_causes": [] if healthy else list(spec.root_causes),
-        "secondary_failure_types": [] if healthy else list(spec.secondary_failure_types),
+        "root_causes": ([] if healthy else [outcome["root_cause"]]
+                        if outcome and kn.changed() and "root_cause" in outcome
+                        else list(spec.root_causes)),
+        "secondary_failure_types": ([] if healthy or kn.changed()
+                                    else list(spec.secondary_failure_types)),
         "origin_layers": [],
         "origin_scope": "none" if healthy else scen.origin_scope,
         "onset_step": None,

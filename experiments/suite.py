@@ -170,7 +170,8 @@ def _record_manifestation(root: Path, runs: list[SuiteRun]) -> list[dict[str, An
     groups: dict[tuple[str, float], dict[str, list[SuiteRun]]] = {}
     for run in runs:
         if run.role == "run":
-            groups.setdefault((run.family, run.severity), {"run": [], "baseline": []})["run"].append(run)
+            key = (run.family, run.severity)
+            groups.setdefault(key, {"run": [], "baseline": []})["run"].append(run)
     for run in runs:
         if run.role != "baseline":
             continue

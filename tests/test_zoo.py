@@ -172,3 +172,19 @@ def test_runs_use_one_thread_and_leave_no_hooks():
     trace = run_scenario("resnet_no_norm", seed=0)
     assert trace.meta["status"] == "complete"
     assert torch.get_num_threads() == 1
+
+
+def test_compound_family_labels_both_causes_and_a_partial_fix_keeps_one():
+    spec = get_family("compound_dead_and_slow")
+    assert set(spec.root_causes) == {"negative_bias_init", "learning_rate_too_low"}
+    assert set(spec.canonical_fix) == {"normalization", "lr_scale"}
+    both = run_scenario("compound_dead_and_slow", seed=0)
+    assert set(both.ground_truth["root_causes"]) == set(spec.root_causes)
+    assert both.ground_truth["secondary_failure_types"] == ["training_plateau"]
+    half = run_scenario("compound_dead_and_slow", seed=0, normalization="batch")
+    gt = half.ground_truth
+    assert gt["failure_type"] == "training_plateau"
+    assert gt["root_causes"] == ["learning_rate_too_low"]
+    # BatchNorm revived act2, but the learning rate is still 1000x too low
+    assert half.stat("act_frac_dead")["act2"].mean() < 0.2
+    assert health_report(half)["loss_ratio"] > 0.7
