@@ -86,7 +86,9 @@ def cpd_frame(reasoner: ProbabilisticReasoner, node: str) -> pd.DataFrame:
     cpd = reasoner.network_.get_cpds(node)
     parents = list(cpd.variables[1:])
     values = cpd.get_values()
-    if parents:
+    if len(parents) == 1:
+        index = pd.Index(cpd.state_names[parents[0]], name=parents[0])
+    elif parents:
         index = pd.MultiIndex.from_product([cpd.state_names[p] for p in parents], names=parents)
     else:
         index = pd.Index(["(prior)"], name="parents")

@@ -82,10 +82,12 @@ class ProbabilisticReasoner:
 
     Parameters
     ----------
-    n_slices : int, default=4
-        Time slices the network is unrolled over.
-    n_blocks : int, default=3
-        Layer blocks per slice.
+    n_slices : int, default=3
+        Time slices the network is unrolled over (3: before the onset, around it, after).
+    n_blocks : int, default=2
+        Layer blocks per slice (2: input side and output side). Measured on the zoo, 3 x 2
+        generalises to held-out families better than 4 x 3 (more slice nodes make the
+        posterior overconfident on families it has not seen).
     prior_strength : float, default=5.0
         Pseudo-observations per parent configuration from the rule priors.
     persistence : float, default=4.0
@@ -134,7 +136,7 @@ class ProbabilisticReasoner:
     'learning_rate_too_high'
     """
 
-    def __init__(self, *, n_slices: int = 4, n_blocks: int = 3, prior_strength: float = 5.0,
+    def __init__(self, *, n_slices: int = 3, n_blocks: int = 2, prior_strength: float = 5.0,
                  persistence: float = 4.0, coupling: float = 2.0,
                  balance: Literal["family", "none"] = "family",
                  calibration: Literal["temperature", "isotonic", "none"] = "temperature",
