@@ -26,7 +26,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from benchmarks import metrics as M
@@ -74,7 +73,8 @@ FIX_BY_FAILURE: dict[str, dict[str, Any]] = {
     "training_plateau": {"lr_scale": 10.0},
 }
 _KNOBS = ("lr_scale", "init_scale", "input_scale", "grad_clip", "activation", "normalization")
-_META_FIX_KEYS = ("suggested_fix", "fix", "intervention", "interventions", "suggested_interventions")
+_META_FIX_KEYS = ("suggested_fix", "fix", "intervention", "interventions",
+                  "suggested_interventions")
 
 
 def method_label(method: str, split: str) -> str:

@@ -84,7 +84,10 @@ def predicted_label(hyps: Sequence[Hypothesis], threshold: float = THRESHOLD) ->
 
 
 def cause_rank(hyps: Sequence[Hypothesis], true_cause: str) -> int | None:
-    """1-based rank of ``true_cause`` among the distinct causes named, in list order; None if absent."""
+    """1-based rank of ``true_cause`` among the distinct causes named, in list order.
+
+    None when the cause is never named.
+    """
     seen: list[str] = []
     for h in hyps:
         if h.root_cause not in seen:
@@ -259,7 +262,8 @@ def bootstrap_ci(columns: dict[str, np.ndarray], statistic: Callable[..., float]
     arrays = {k: np.asarray(v) for k, v in columns.items()}
     lengths = {len(v) for v in arrays.values()}
     if len(lengths) != 1:
-        raise ValueError(f"bootstrap columns differ in length: { {k: len(v) for k, v in arrays.items()} }")
+        sizes = {k: len(v) for k, v in arrays.items()}
+        raise ValueError(f"bootstrap columns differ in length: {sizes}")
     n = lengths.pop()
     if n == 0:
         return math.nan, math.nan, math.nan

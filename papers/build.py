@@ -76,7 +76,10 @@ def _findings(metrics: dict[str, Any]) -> list[str]:
         out.append(line + ".")
     mc = metrics.get("mcnemar", {})
     for name, r in mc.items():
-        verdict = "a significant difference" if r["pvalue"] < 0.05 else "no significant difference"
+        verdict = ("a significant difference" if r["pvalue"] < 0.05
+                   else "no significant difference")
+        if r["a_only"] == r["b_only"] == 0:
+            verdict = "the two are right on exactly the same runs"
         out.append(f"- McNemar, {name}: heuristic alone right on {r['a_only']} runs, "
                    f"probabilistic alone on {r['b_only']} (p = {r['pvalue']:.3g}): {verdict} "
                    f"at the 5% level.")
@@ -131,8 +134,8 @@ def _suite_description(metrics: dict[str, Any]) -> str:
     s = metrics.get("suite", {})
     n = metrics.get("notes", {})
     fams = n.get("families", [])
-    return (f"Suite `{s.get('name')}`: {len(fams)} zoo families ({', '.join(fams)}) at "
-            f"{'their default severity' if s.get('severities') == 'default' else 'every severity'}; "
+    sev = "their default severity" if s.get("severities") == "default" else "every severity"
+    return (f"Suite `{s.get('name')}`: {len(fams)} zoo families ({', '.join(fams)}) at {sev}; "
             f"scored on seeds {s.get('score_seeds')} ({n.get('n_score_runs')} runs); the "
             f"probabilistic model is fitted on seeds {s.get('fit_seeds')} "
             f"({n.get('n_fit_runs')} runs), once per held-out fold: leave-one-family-out "
@@ -160,7 +163,8 @@ def _abstract(metrics: dict[str, Any]) -> str:
     if peers:
         best = max(peers, key=lambda k: _v(m[k], "failure_accuracy"))
         parts.append(f"the best ported baseline (`{best}`) reaches failure accuracy "
-                     f"{R.fmt(m[best]['failure_accuracy'])} and AC@1 {R.fmt(m[best]['cause_ac@1'])}")
+                     f"{R.fmt(m[best]['failure_accuracy'])} and AC@1 "
+                     f"{R.fmt(m[best]['cause_ac@1'])}")
     return ("On this benchmark, " + "; ".join(parts) + " (95% bootstrap intervals).") if parts \
         else ""
 

@@ -216,7 +216,8 @@ def test_latency_on_prefixes_by_hand(bench: harness.BenchmarkResult) -> None:
     truth = trace.ground_truth
     # prefixes end at onset + 0, 1, 2, 4, 8, ...: first seen at offset 8
     assert harness._latency(_Late(truth), trace, truth) == 8.0
-    assert math.isnan(harness._latency(_Constant(), trace, {**truth, "failure_type": "dead_neurons"}))
+    other = {**truth, "failure_type": "dead_neurons"}
+    assert math.isnan(harness._latency(_Constant(), trace, other))
 
 
 class _WhatIf:
