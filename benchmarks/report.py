@@ -202,9 +202,12 @@ def plot_ac_at_k(records: pd.DataFrame, path: Path, k_max: int = 5) -> Path:
     ok = records[(records["error"] == "") & (records["true_failure"] != HEALTHY)]
     fig, ax = plt.subplots(figsize=(5.5, 3.8))
     ks = np.arange(1, k_max + 1)
+    markers = "osD^vxP*"
     for i, label in enumerate(sorted(ok["label"].unique())):
         r = ok[ok["label"] == label]["cause_rank"].astype(float).to_numpy()
-        ax.plot(ks, [M.ac_at_k(r, k) for k in ks], marker="o", label=label,
+        # markers of decreasing size, so that methods with identical curves stay visible
+        ax.plot(ks, [M.ac_at_k(r, k) for k in ks], marker=markers[i % len(markers)],
+                ms=11 - 1.2 * i, mfc="none" if i % 2 else None, label=label,
                 ls="-" if not label.startswith(("autotrainer", "deepdiag", "anomaly")) else "--",
                 color=f"C{i}")
     ax.set_xticks(ks)
