@@ -54,6 +54,11 @@ def test_a_registered_cause_and_mode_become_nodes_edges_and_priors() -> None:
         assert ("fault:noisy_labels", "root_cause") in s.edges
         assert "noisy_labels" in s.states["root_cause"]
         assert "oscillating_loss" in s.states["failure_type"]
+        # the contract's vocabularies follow (the zoo validates labels against them)
+        import neuraldbg.records as records
+
+        assert "noisy_labels" in records.ROOT_CAUSES
+        assert "oscillating_loss" in records.FAILURE_TYPES
         # the rule is the fault node's prior: P(yes | noisy) = 0.9 of the pseudo-counts
         prior = s.prior["fault:noisy_labels"]
         np.testing.assert_allclose(prior[:, 1] / prior[:, 1].sum(), [0.1, 0.9])
@@ -72,6 +77,10 @@ def test_a_registered_cause_and_mode_become_nodes_edges_and_priors() -> None:
         registry.unregister("noisy_labels")
         registry.unregister("oscillating_loss")
     assert "fault:noisy_labels" not in build_structure().states
+    import neuraldbg.records as records
+
+    assert "noisy_labels" not in records.ROOT_CAUSES
+    assert set(records.ROOT_CAUSES) == set(ROOT_CAUSES)
     with pytest.raises(KeyError, match="not registered"):
         registry.unregister("noisy_labels")
 
