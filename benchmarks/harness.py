@@ -31,6 +31,12 @@ import pandas as pd
 from benchmarks import metrics as M
 from benchmarks.compare import compute_metrics
 from benchmarks.executor import Executor, LocalExecutor
+from benchmarks.repair import (
+    FIX_BY_CAUSE,
+    FIX_BY_FAILURE,
+    _best_fix_by_what_if,
+    suggest_fix,
+)
 from benchmarks.runs import (
     RunSpec,
     execute_run,
@@ -42,7 +48,7 @@ from benchmarks.runs import (
     zoo_fingerprint,
 )
 from benchmarks.suites import Suite
-from neuraldbg.records import HEALTHY, Hypothesis
+from neuraldbg.records import HEALTHY
 
 __all__ = ["FIX_BY_CAUSE", "FIX_BY_FAILURE", "FITTED_METHODS", "suggest_fix", "available_methods",
            "diagnose", "BenchmarkResult", "run_benchmark", "load_result", "compute_metrics",
@@ -51,62 +57,9 @@ __all__ = ["FIX_BY_CAUSE", "FIX_BY_FAILURE", "FITTED_METHODS", "suggest_fix", "a
 #: Methods fitted per held-out fold (never scored on what they were fitted on).
 FITTED_METHODS: tuple[str, ...] = ("probabilistic",)
 
-#: The fix a method's top root cause implies when its hypothesis suggests none itself.
-FIX_BY_CAUSE: dict[str, dict[str, Any]] = {
-    "learning_rate_too_high": {"lr_scale": 0.1},
-    "learning_rate_too_low": {"lr_scale": 10.0},
-    "init_scale_too_large": {"init_scale": 0.1},
-    "init_scale_too_small": {"init_scale": 10.0},
-    "saturating_activation": {"activation": "relu"},
-    "negative_bias_init": {"activation": "leaky_relu"},
-    "unnormalized_inputs": {"input_scale": 0.1},
-    "missing_normalization": {"normalization": "batch"},
-    "missing_gradient_clipping": {"grad_clip": 1.0},
-}
-#: Fallback by failure type, for a cause of ``"unknown"``.
-FIX_BY_FAILURE: dict[str, dict[str, Any]] = {
-    "exploding_gradients": {"grad_clip": 1.0},
-    "loss_divergence": {"lr_scale": 0.1},
-    "vanishing_gradients": {"activation": "relu"},
-    "dead_neurons": {"activation": "leaky_relu"},
-    "saturated_activations": {"activation": "relu"},
-    "training_plateau": {"lr_scale": 10.0},
-}
-_KNOBS = ("lr_scale", "init_scale", "input_scale", "grad_clip", "activation", "normalization")
-_META_FIX_KEYS = ("suggested_fix", "fix", "intervention", "interventions",
-                  "suggested_interventions")
-
-
 def method_label(method: str, split: str) -> str:
     """Display name: ``probabilistic[family]`` for a fitted method, else the method name."""
     return method if split == "none" else f"{method}[{split}]"
-
-
-def _as_knobs(value: Any) -> dict[str, Any] | None:
-    if isinstance(value, list) and value:
-        value = value[0]
-    if isinstance(value, dict) and "knobs" in value and isinstance(value["knobs"], dict):
-        value = value["knobs"]
-    if isinstance(value, dict) and value and set(value) <= set(_KNOBS):
-        return dict(value)
-    return None
-
-
-def suggest_fix(hyps: list[Hypothesis]) -> dict[str, Any] | None:
-    """The intervention a method's answer suggests: its own when its top hypothesis carries
-    one in ``metadata`` (``suggested_fix``, ``fix``, ``intervention(s)``), else the table fix
-    of its root cause (:data:`FIX_BY_CAUSE`) or failure type (:data:`FIX_BY_FAILURE`).
-    None when the method judged the run healthy."""
-    label, _ = M.predicted_label(hyps)
-    if label == HEALTHY:
-        return None
-    top = max(hyps, key=lambda h: h.confidence)
-    for key in _META_FIX_KEYS:
-        fix = _as_knobs(top.metadata.get(key)) if isinstance(top.metadata, dict) else None
-        if fix:
-            return fix
-    return dict(FIX_BY_CAUSE.get(top.root_cause) or FIX_BY_FAILURE.get(top.failure_type) or {}) \
-        or None
 
 
 def _json(obj: Any) -> str:
@@ -183,29 +136,6 @@ def diagnose(model: Any, trace: Any, truth: dict[str, Any], *, latency: bool) ->
     rec["suggested_fix"] = _json(fix) if fix else ""
     rec["hypotheses"] = _json([h.to_dict() for h in hyps[:10]])
     return rec
-
-
-def _best_fix_by_what_if(model: Any, trace: Any, hyps: list[Hypothesis]
-                         ) -> tuple[dict[str, Any], float]:
-    """A causal model's own suggestion: of the fixes implied by its three likeliest causes
-    (and its top failure type), the one its ``what_if`` gives the lowest P(failure)."""
-    cands: list[dict[str, Any]] = []
-    for h in hyps:
-        for fix in (FIX_BY_CAUSE.get(h.root_cause), FIX_BY_FAILURE.get(h.failure_type)):
-            if fix and fix not in cands:
-                cands.append(dict(fix))
-        if len(cands) >= 3:
-            break
-    scored = []
-    for fix in cands:
-        try:
-            scored.append((float(model.what_if(trace, **fix).p_failure), fix))
-        except Exception:  # a knob the model cannot intervene on: not a candidate
-            continue
-    if not scored:
-        return suggest_fix(hyps) or {}, math.nan
-    p, fix = min(scored, key=lambda t: t[0])
-    return fix, p
 
 
 def _truth_fields(path: str, truth: dict[str, Any]) -> dict[str, Any]:
