@@ -56,10 +56,12 @@ class Suite:
     n_failure: int | None = None
     n_healthy: int | None = None
     severities: Literal["default", "all"] = "default"
-    score_seeds: tuple[int, ...] = (0, 1)
+    # Score seeds start at 10: the heuristic's thresholds were chosen looking at zoo seeds
+    # 0-4, so scoring there would grade it on what it was tuned on.
+    score_seeds: tuple[int, ...] = (10, 11)
     fit_seeds: tuple[int, ...] = (100, 101)
-    counterfactual_seeds: tuple[int, ...] = (0,)
-    repair_seeds: tuple[int, ...] = (0,)
+    counterfactual_seeds: tuple[int, ...] = (10,)
+    repair_seeds: tuple[int, ...] = (10,)
     latency: bool = True
     splits: tuple[str, ...] = ("family", "architecture")
     fit_params: tuple[tuple[str, Any], ...] = (("calibration_cv", 2),)
@@ -99,8 +101,9 @@ SUITES: dict[str, Suite] = {
     "default": Suite("default"),
     # every severity of every sweep, 3 scored + 3 fitting seeds; counterfactuals re-run for
     # two seeds, repairs for all three (a long run: use --backend ray on a cluster)
-    "full": Suite("full", severities="all", score_seeds=(0, 1, 2), fit_seeds=(100, 101, 102),
-                  counterfactual_seeds=(0, 1), repair_seeds=(0, 1, 2), fit_params=(),
+    "full": Suite("full", severities="all", score_seeds=(10, 11, 12),
+                  fit_seeds=(100, 101, 102), counterfactual_seeds=(10, 11),
+                  repair_seeds=(10, 11, 12), fit_params=(),
                   n_resamples=2000),
 }
 
