@@ -21,6 +21,7 @@ import sys
 import time
 import warnings
 from collections.abc import Mapping
+from functools import partial
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -112,15 +113,39 @@ def _first_float_tensor(obj: Any) -> torch.Tensor | None:
     return None
 
 
-def _read_scalar(t: torch.Tensor) -> float | None:
-    """Host value of a 0-dim tensor without a device sync, or None when not yet available.
+def _read_lr(optimizer: torch.optim.Optimizer) -> float | torch.Tensor:
+    """Learning rate of the first param group; a tensor lr is copied, read at the flush."""
+    lr = optimizer.param_groups[0].get("lr", float("nan"))
+    return lr.detach().clone() if isinstance(lr, torch.Tensor) else float(lr)
 
-    On the CPU the memory is shared (no aten op runs). On an accelerator the caller gets
-    ``None``; the flush reads the value later.
+
+class _LossProbe:
+    """Host value of the loss for the spike/NaN trigger, without a device sync.
+
+    On the CPU the tensor's memory is read directly (``Tensor.numpy()``, no aten op). On an
+    accelerator the loss is copied without blocking into pinned host memory and read one
+    step later, once its CUDA event has completed; until then the trigger waits.
     """
-    if t.device.type == "cpu":
-        return float(t.detach().numpy().reshape(-1)[0]) if t.numel() else None
-    return None
+
+    def __init__(self, device: torch.device) -> None:
+        self._cuda = device.type == "cuda"
+        self._host = torch.empty((), pin_memory=True) if self._cuda else None
+        self._event: Any = None
+
+    def read(self, loss: torch.Tensor) -> float | None:
+        """The newest loss value available on the host (this step's on the CPU)."""
+        if loss.device.type == "cpu":
+            return float(loss.numpy().reshape(-1)[0])
+        if not self._cuda or self._host is None:
+            return None
+        value = None
+        if self._event is not None and self._event.query():
+            value = float(self._host.numpy())
+        if self._event is None or value is not None:
+            self._host.copy_(loss, non_blocking=True)
+            self._event = torch.cuda.Event()
+            self._event.record()
+        return value
 
 
 class Recorder:
@@ -296,7 +321,8 @@ class Recorder:
     def _reset_host_state(self) -> None:
         self._slot = 0                 # buffer row of the current step
         self._slot_steps: list[int] = []
-        self._slot_lr: list[float] = []
+        self._slot_lr: list[float | torch.Tensor] = []
+        self._loss_probe = _LossProbe(self._device)
         self._slot_recorded: list[bool] = []
         self._slot_complete: list[bool] = []
         self._slot_scalars: list[list[torch.Tensor]] = []  # loss, grad, param, update norms
@@ -310,10 +336,12 @@ class Recorder:
     def _clear_pending(self) -> None:
         self._dirty = False
         self._opt_stepped = False
-        self._lr: float = float("nan")
+        self._lr: float | torch.Tensor = float("nan")
         self._act_idx: list[int] = []
         self._act_vals: list[torch.Tensor] = []
         self._act_max: list[torch.Tensor] = []
+        self._act_den: list[tuple[float, ...]] = []
+        self._par_queue: list[tuple[int, torch.Tensor, torch.Tensor]] = []
         self._grad_idx: list[int] = []
         self._grad_vals: list[torch.Tensor] = []
         nan = self._nan
@@ -323,42 +351,35 @@ class Recorder:
     def _forward_hook(self, module: nn.Module, inputs: Any, output: Any) -> None:
         if not self._recording or not torch.is_grad_enabled():
             return  # not a recorded step, or an evaluation pass under no_grad
-        x = _first_float_tensor(output)
-        if x is None or x.numel() == 0:
+        x = output if type(output) is torch.Tensor else _first_float_tensor(output)
+        if x is None or not x.is_floating_point() or x.numel() == 0:
             return
         idx = self._index[id(module)]
         if idx not in self._forward_seen:
             self._forward_seen[idx] = len(self._forward_seen)
         self._dirty = True
-        with torch.no_grad():
-            xd = x.detach()
-            if xd.dtype != torch.float32:
-                xd = xd.float()
-            sums, max_abs, den = activation_sums(
-                xd, self._families[idx], self._channel_first[idx], self._thresholds[idx],
-                sample_size=self.cfg.sample_size, margins=self._margins)
+        xd = x.detach()  # no graph is built from here on, so no no_grad() context is needed
+        if xd.dtype != torch.float32:
+            xd = xd.float()
+        sums, max_abs, den = activation_sums(
+            xd, self._families[idx], self._channel_first[idx], self._thresholds[idx],
+            sample_size=self.cfg.sample_size, margins=self._margins)
         self._act_idx.append(idx)
         self._act_vals.append(sums)
         self._act_max.append(max_abs)
-        self._den[self._slot, idx, :5] += den
+        self._act_den.append(den)
         if x.requires_grad:
-            x.register_hook(self._make_grad_hook(idx))
+            x.register_hook(partial(self._grad_hook, idx))
 
-    def _make_grad_hook(self, idx: int):  # noqa: ANN202 - closure
-        def grad_hook(grad: torch.Tensor) -> None:
-            with torch.no_grad():
-                self._grad_vals.append(torch.linalg.vector_norm(grad.detach(),
-                                                                dtype=torch.float32))
-            self._grad_idx.append(idx)
-            self._den[self._slot, idx, 5] += 1
-
-        return grad_hook
+    def _grad_hook(self, idx: int, grad: torch.Tensor) -> None:
+        self._grad_vals.append(torch.linalg.vector_norm(grad.detach(), dtype=torch.float32))
+        self._grad_idx.append(idx)
 
     def _measure_params(self, *, before_update: bool) -> None:
         """Gradient norms (every step); parameter norms and update norms (recorded steps)."""
         if not self._params:
             return
-        slot, rec = self._slot, self._recording
+        rec = self._recording
         with torch.no_grad():
             if before_update:
                 present = [i for i, p in enumerate(self._params) if p.grad is not None]
@@ -368,13 +389,12 @@ class Recorder:
                     self._scalars[1] = torch.linalg.vector_norm(norms)
                     if rec:
                         owner = self._device_index([self._owner[i] for i in present])
-                        self._par[slot, :, 0].index_add_(0, owner, norms.square())
+                        self._par_queue.append((0, owner, norms))
                 if not rec:
                     return  # parameter and update norms need a pass over (and a copy of) W
                 norms = torch.stack(torch._foreach_norm(self._params))
                 self._scalars[2] = torch.linalg.vector_norm(norms)
-                self._par[slot, :, 1].index_add_(0, self._device_index(self._owner),
-                                                 norms.square())
+                self._par_queue.append((1, self._device_index(self._owner), norms))
                 if self.optimizer is not None:
                     weights = [p.detach() for p in self._params]
                     if self._snapshot is None:
@@ -385,11 +405,10 @@ class Recorder:
                 diff = torch._foreach_sub([p.detach() for p in self._params], self._snapshot)
                 norms = torch.stack(torch._foreach_norm(diff))
                 self._scalars[3] = torch.linalg.vector_norm(norms)
-                self._par[slot, :, 2].index_add_(0, self._device_index(self._owner),
-                                                 norms.square())
+                self._par_queue.append((2, self._device_index(self._owner), norms))
 
     def _pre_step_hook(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        self._lr = float(optimizer.param_groups[0].get("lr", float("nan")))
+        self._lr = _read_lr(optimizer)
         self._measure_params(before_update=True)
         self._opt_stepped = True
         self._dirty = True
@@ -429,7 +448,7 @@ class Recorder:
             if self.optimizer is None:
                 self._measure_params(before_update=True)
             else:
-                self._lr = float(self.optimizer.param_groups[0].get("lr", float("nan")))
+                self._lr = _read_lr(self.optimizer)
         host_loss: float | None = None
         if isinstance(loss, torch.Tensor):
             if loss.numel() != 1:
@@ -437,9 +456,11 @@ class Recorder:
                     f"dbg.step(loss) expects a scalar loss, got a tensor of shape "
                     f"{tuple(loss.shape)}. Pass the reduced loss (e.g. loss.mean())."
                 )
-            lt = loss.detach().reshape(()).to(self._device, torch.float32)
+            lt = loss.detach().reshape(())
+            if lt.dtype != torch.float32 or lt.device != self._device:
+                lt = lt.to(self._device, torch.float32)
             self._scalars[0] = lt
-            host_loss = _read_scalar(lt)
+            host_loss = self._loss_probe.read(lt)
         elif loss is not None:
             host_loss = float(loss)
             self._scalars[0] = torch.full((), host_loss, device=self._device)
@@ -452,7 +473,30 @@ class Recorder:
     def _close_slot(self, *, complete: bool) -> None:
         """Add the step's queued statistics into its buffer row and move to the next row."""
         slot = self._slot
+        if self._act_idx or self._grad_idx or self._par_queue:
+            self._add_queued(slot)
+        self._slot_scalars.append(self._scalars)
+        self._slot_steps.append(self._step)
+        self._slot_lr.append(self._lr)
+        self._slot_recorded.append(self._recording)
+        self._slot_complete.append(complete)
+        self._slot += 1
+        self._clear_pending()
+        self._trace_cache = None
+
+    def _add_queued(self, slot: int) -> None:
+        """Add the step's queued hook results into buffer row ``slot`` (no host sync).
+
+        Hooks only queue; rows are written here, when the step closes, so reading the trace
+        in the middle of a step (which flushes) never splits a step across rows.
+        """
+        if self._act_idx:
+            np.add.at(self._den[slot, :, :5], self._act_idx, np.asarray(self._act_den))
+        if self._grad_idx:
+            np.add.at(self._den[slot, :, 5], self._grad_idx, 1.0)
         with torch.no_grad():
+            for kind, owner, norms in self._par_queue:
+                self._par[slot, :, kind].index_add_(0, owner, norms.square())
             if self._act_idx:
                 idx = self._device_index(self._act_idx)
                 vals = torch.stack(self._act_vals)
@@ -462,14 +506,6 @@ class Recorder:
             if self._grad_idx:
                 self._grad[slot].index_add_(0, self._device_index(self._grad_idx),
                                             torch.stack(self._grad_vals).square())
-        self._slot_scalars.append(self._scalars)
-        self._slot_steps.append(self._step)
-        self._slot_lr.append(self._lr)
-        self._slot_recorded.append(self._recording)
-        self._slot_complete.append(complete)
-        self._slot += 1
-        self._clear_pending()
-        self._trace_cache = None
 
     def _update_sampling(self, host_loss: float | None) -> None:
         cfg = self.cfg
@@ -525,7 +561,7 @@ class Recorder:
         steps = pd.DataFrame({
             "step": steps_arr,
             "loss": scal[:, 0],
-            "lr": np.asarray(self._slot_lr[:n], dtype=np.float64),
+            "lr": np.asarray([float(v) for v in self._slot_lr[:n]], dtype=np.float64),
             "grad_norm": scal[:, 1],
             "param_norm": scal[:, 2],
             "update_norm": scal[:, 3],

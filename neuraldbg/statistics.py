@@ -105,7 +105,8 @@ def activation_sums(
     family : str
         Activation family of the producing module.
     channel_first : bool
-        Units along dim 1 (convolutions, batch norm) rather than the last dim.
+        Units along dim 1 (convolutions, batch norm) rather than the last dim; outputs with
+        four or more dims always have their units along dim 1.
     thresholds : torch.Tensor
         From :func:`count_thresholds` for this family.
     sample_size : int
@@ -126,7 +127,9 @@ def activation_sums(
     """
     a = x.abs()
     if x.dim() >= 2:
-        unit_dim = 1 if channel_first else x.dim() - 1
+        # Units: channels of feature maps (any 4-D/5-D output, e.g. a ReLU after a Conv2d,
+        # and the outputs of channel-first modules), else features along the last dim.
+        unit_dim = 1 if channel_first or x.dim() >= 4 else x.dim() - 1
         unit_max = a.amax(dim=tuple(d for d in range(x.dim()) if d != unit_dim))
     else:
         unit_max = a.reshape(-1)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 from torch import nn
@@ -166,3 +167,73 @@ def test_loss_spike_switches_to_every_step():
     assert {0, 50} <= recorded
     assert set(range(21, 30)) <= recorded  # dense window after the spike at step 20
     assert 10 not in recorded
+
+
+def test_dead_units_of_a_relu_after_a_conv_are_channels():
+    model = nn.Sequential(nn.Conv2d(1, 4, 3), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 6 * 6, 1))
+    with torch.no_grad():
+        model[0].bias[2] = -100.0  # channel 2 never fires
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    with ndb.NeuralDbg(model, optimizer=opt) as dbg:
+        for _ in range(2):
+            opt.zero_grad()
+            loss = model(torch.randn(16, 1, 8, 8)).pow(2).mean()
+            loss.backward()
+            opt.step()
+            dbg.step(loss)
+    dead = dbg.trace.stat("act_frac_dead")
+    assert (dead["1"] == 0.25).all(), dead  # one of four channels, not one of six columns
+    assert (dead["0"] == 0.0).all()
+
+
+def test_reading_the_trace_mid_step_keeps_the_step_whole():
+    torch.manual_seed(3)
+    runs = []
+    for peek in (False, True):
+        model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
+        model.load_state_dict(runs[0][1] if runs else model.state_dict())
+        state = {k: v.clone() for k, v in model.state_dict().items()}
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        x = torch.randn(16, 4, generator=torch.Generator().manual_seed(0))
+        with ndb.NeuralDbg(model, optimizer=opt) as dbg:
+            for step in range(4):
+                opt.zero_grad()
+                loss = model(x).pow(2).mean()
+                if peek and step == 2:
+                    assert len(dbg.trace.steps) == 2  # flushes mid-step
+                loss.backward()
+                if peek and step == 2:
+                    ndb.explain(dbg.trace)  # diagnosis during the run
+                opt.step()
+                dbg.step(loss)
+        runs.append((dbg.trace, state))
+    plain, peeked = runs[0][0], runs[1][0]
+    cols = ["step", "module_name", "calls", "act_mean", "out_grad_norm", "param_grad_norm",
+            "update_ratio"]
+    a = plain.stats[cols].sort_values(["step", "module_name"]).reset_index(drop=True)
+    b = peeked.stats[cols].sort_values(["step", "module_name"]).reset_index(drop=True)
+    pd.testing.assert_frame_equal(a, b)
+
+
+def test_tensor_learning_rate_adds_no_host_sync():
+    model = nn.Sequential(nn.Linear(4, 4), nn.Tanh(), nn.Linear(4, 1))
+    opt = torch.optim.Adam(model.parameters(), lr=torch.tensor(1e-3))
+    x = torch.randn(8, 4)
+    counts = []
+    for use in (False, True):
+        dbg = ndb.NeuralDbg(model, optimizer=opt, flush_every=1000) if use else None
+        if dbg is not None:
+            dbg.__enter__()
+        with _CountScalarSyncs() as mode:
+            for _ in range(5):
+                opt.zero_grad()
+                loss = model(x).pow(2).mean()
+                loss.backward()
+                opt.step()
+                if dbg is not None:
+                    dbg.step(loss)
+        if dbg is not None:
+            dbg.__exit__(None, None, None)
+        counts.append(mode.count)
+    assert counts[1] == counts[0]
+    np.testing.assert_allclose(dbg.trace.steps["lr"], 1e-3, rtol=1e-6)
