@@ -161,8 +161,19 @@ def diagnose(trace: Trace | str | os.PathLike[str], config: ThresholdConfig | No
     Returns
     -------
     Diagnosis
+
+    Raises
+    ------
+    ValueError
+        If the trace holds no step yet.
     """
     trace = _as_trace(trace)
+    if len(trace.steps) == 0 or len(trace.stats) == 0:
+        raise ValueError(
+            "The trace holds no recorded step yet, so there is nothing to explain. Call "
+            "dbg.step(loss) after at least one training step (forward, backward, "
+            "optimizer.step()) before explaining."
+        )
     states = classify_states(trace, config)
     dyn = loss_dynamics(trace, states.config)
     events = extract_events(trace, states, dyn)

@@ -52,3 +52,12 @@ def test_predict_proba_shape_and_healthy_column():
     assert proba.shape == (1, 7) and reasoner.classes_[-1] == "healthy"
     assert proba[0, -1] == pytest.approx(1.0)
     np.testing.assert_allclose(reasoner.predict_proba([]).shape, (0, 7))
+
+
+def test_explaining_before_any_step_is_a_clear_error():
+    import torch
+
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2))
+    with ndb.NeuralDbg(model) as dbg:
+        with pytest.raises(ValueError, match=r"no recorded step yet.*dbg.step\(loss\)"):
+            dbg.explain_failure()
