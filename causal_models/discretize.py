@@ -23,8 +23,9 @@ States (all thresholds in :class:`Bins`, documented there):
 - ``act[b]@t`` in :data:`ACT_STATES`: activation health from dead-unit and saturation shares
   of the block's activation modules and from non-finite or huge outputs.
 - ``loss@t`` in :data:`LOSS_STATES`: the loss in slice ``t`` against its start.
-- Run-level evidence on the failure: ``progress`` (final loss over early loss) and ``spikes``
-  (largest global gradient norm over its median).
+- Run-level evidence on the failure: ``progress`` (final loss over early loss), ``spikes``
+  (largest global gradient norm over its median) and ``grad_ratio`` (early gradient norm of
+  the first weighted layer over the last one's, the AutoTrainer ratio).
 - Run-level evidence on the knobs: ``update`` (early ||dW||/||W||, tells a learning-rate
   level), ``fwd_gain`` (activation scale last block / first block at the first recorded step,
   tells an init scale), ``input_mag`` (scale of the first layer's output), ``lr_config``
@@ -56,6 +57,7 @@ __all__ = [
     "INPUT_STATES",
     "PROGRESS_STATES",
     "SPIKE_STATES",
+    "GRAD_RATIO_STATES",
     "LR_CONFIG_STATES",
     "INIT_CONFIG_STATES",
     "INPUT_CONFIG_STATES",
@@ -81,6 +83,7 @@ GAIN_STATES: tuple[str, ...] = ("shrinking", "stable", "growing")
 INPUT_STATES: tuple[str, ...] = ("normal", "large")
 PROGRESS_STATES: tuple[str, ...] = ("learned", "partial", "none", "worse", "nonfinite")
 SPIKE_STATES: tuple[str, ...] = ("calm", "spiky", "extreme", "nonfinite")
+GRAD_RATIO_STATES: tuple[str, ...] = ("dead", "vanishing", "balanced", "growing")
 LR_CONFIG_STATES: tuple[str, ...] = ("low", "typical", "high", "unknown")
 INIT_CONFIG_STATES: tuple[str, ...] = ("small", "default", "large", "unknown")
 INPUT_CONFIG_STATES: tuple[str, ...] = ("standardized", "raw", "unknown")
@@ -152,6 +155,9 @@ class Bins:
         Final over early loss: learned | partial | none | worse.
     spike_edges : tuple of float
         Decades of max over median global gradient norm: calm | spiky | extreme.
+    grad_ratio_edges : tuple of float
+        Decades of first over last weighted layer's early gradient norm:
+        dead | vanishing | balanced | growing.
     spike_factor : float
         Onset: a loss above this multiple of its early median.
     grad_spike : float
@@ -177,6 +183,7 @@ class Bins:
     deep_layers: int = 8
     progress_edges: tuple[float, float, float] = (0.5, 0.7, 1.05)
     spike_edges: tuple[float, float] = (1.0, 2.5)
+    grad_ratio_edges: tuple[float, float, float] = (-10.0, -2.0, 1.5)
     spike_factor: float = 3.0
     grad_spike: float = 100.0
 
@@ -585,6 +592,26 @@ def _run_states(trace: Trace, blocks: tuple[tuple[str, ...], ...], bins: Bins,
     else:
         states["spikes"], spikes = "calm", 0.0
     features["spikes"] = spikes
+    ratio = float("nan")
+    stats = trace.stats
+    if len(stats):
+        mods = trace.modules.set_index("module_name")
+        weighted = [m for m in trace.module_names if float(mods.at[m, "n_trainable"]) > 0]
+        if len(weighted) >= 2:
+            head_steps = np.sort(stats["step"].unique())[:max(3, stats["step"].nunique() // 10)]
+            sel = stats[stats["step"].isin(head_steps)
+                        & stats["module_name"].isin((weighted[0], weighted[-1]))]
+            med = sel.groupby("module_name")["param_grad_norm"].median()
+            if weighted[0] in med.index and weighted[-1] in med.index:
+                pair = np.array([med[weighted[0]], med[weighted[-1]]], dtype=float)
+                if np.isfinite(pair).all():
+                    logs = _log10(pair)
+                    ratio = float(logs[0] - logs[1])
+    e3 = bins.grad_ratio_edges
+    states["grad_ratio"] = ("balanced" if not np.isfinite(ratio) else "dead" if ratio < e3[0]
+                            else "vanishing" if ratio < e3[1] else "balanced" if ratio < e3[2]
+                            else "growing")
+    features["grad_ratio"] = ratio
     upd = steps["update_ratio"].to_numpy(dtype=float)
     k = max(3, len(upd) // 20)
     head = upd[:k]

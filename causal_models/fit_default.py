@@ -32,7 +32,8 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
-__all__ = ["zoo_run_specs", "run_zoo", "with_family_labels", "load_zoo_traces", "main"]
+__all__ = ["zoo_run_specs", "run_zoo", "zoo_version", "with_family_labels", "load_zoo_traces",
+           "main"]
 
 _ROOT = Path(__file__).resolve().parent.parent
 
@@ -73,7 +74,8 @@ def _key(spec: dict[str, Any]) -> str:
     return f"{spec['family']}/{name}"
 
 
-def _zoo_version() -> str:
+def zoo_version() -> str:
+    """Short hash of the zoo's and the capture's sources (what a cached trace depends on)."""
     h = hashlib.sha1()
     for src in ("experiments", "neuraldbg/capture.py", "neuraldbg/trace.py"):
         p = _ROOT / src
@@ -107,12 +109,14 @@ def _run_one(spec: dict[str, Any], path: str) -> str:
 
 
 def run_zoo(specs: list[dict[str, Any]], runs_dir: str | os.PathLike[str], *,
-            workers: int = 2) -> list[Path]:
+            workers: int = 2, version: str | None = None) -> list[Path]:
     """Train (or reuse) every run of ``specs``; return their trace directories in order.
 
-    Traces are cached under ``runs_dir/<zoo source hash>/<family>/<severity>_s<seed>[_knobs]``.
+    Traces are cached under ``runs_dir/<zoo source hash>/<family>/<severity>_s<seed>[_knobs]``
+    (``version`` fixes the hash, so that several calls of one evaluation share a cache even
+    if the zoo's sources change meanwhile).
     """
-    root = Path(runs_dir) / _zoo_version()
+    root = Path(runs_dir) / (version or zoo_version())
     paths = [root / _key(s) for s in specs]
     todo = [(s, str(p)) for s, p in zip(specs, paths) if not (p / "DONE").is_file()]
     for _, p in todo:

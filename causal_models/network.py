@@ -88,8 +88,10 @@ class ProbabilisticReasoner:
         Layer blocks per slice (2: input side and output side). Measured on the zoo, 3 x 2
         generalises to held-out families better than 4 x 3 (more slice nodes make the
         posterior overconfident on families it has not seen).
-    prior_strength : float, default=5.0
-        Pseudo-observations per parent configuration from the rule priors.
+    prior_strength : float, default=20.0
+        Pseudo-observations per parent configuration from the rule priors. Strong priors keep
+        the tables of families the zoo shows in one way only from ruling out the other ways
+        a held-out family may show the same failure.
     persistence : float, default=4.0
         Prior odds of a slice state persisting to the next slice.
     coupling : float, default=2.0
@@ -107,7 +109,7 @@ class ProbabilisticReasoner:
     rule_evidence : bool, default=True
         Observe the heuristic reasoner's verdict as evidence (``rule_failure``,
         ``rule_cause``), so the fitted tables learn how far to trust the rules.
-    rule_trust : float, default=0.7
+    rule_trust : float, default=0.9
         Prior probability that the rules name the truth (before fitting).
     bins : Bins, optional
         Discretization thresholds.
@@ -136,12 +138,12 @@ class ProbabilisticReasoner:
     'learning_rate_too_high'
     """
 
-    def __init__(self, *, n_slices: int = 3, n_blocks: int = 2, prior_strength: float = 5.0,
+    def __init__(self, *, n_slices: int = 3, n_blocks: int = 2, prior_strength: float = 20.0,
                  persistence: float = 4.0, coupling: float = 2.0,
                  balance: Literal["family", "none"] = "family",
                  calibration: Literal["temperature", "isotonic", "none"] = "temperature",
                  calibration_cv: int | None = None, min_confidence: float = 0.02,
-                 rule_evidence: bool = True, rule_trust: float = 0.7,
+                 rule_evidence: bool = True, rule_trust: float = 0.9,
                  bins: Bins | None = None) -> None:
         self.n_slices = n_slices
         self.n_blocks = n_blocks

@@ -167,7 +167,7 @@ class RootCause:
                 for t, states in self.traits.items()}
 
 
-_SIGNATURE_KINDS = ("grad", "act", "loss", "progress", "spikes")
+_SIGNATURE_KINDS = ("grad", "act", "loss", "progress", "spikes", "grad_ratio")
 _CORE_FAILURE_TYPES = tuple(FAILURE_TYPES)
 _CORE_ROOT_CAUSES = tuple(_records.ROOT_CAUSES)
 
@@ -344,12 +344,14 @@ register_failure_mode(HEALTHY, description="trains normally", signature={
     "loss": {"decreasing": 1.0, "low": 1.0, "flat": 0.3},
     "loss.early": {"decreasing": 1.0, "flat": 0.7, "low": 0.3},
     "grad": {"healthy": 1.0}, "act": {"normal": 1.0},
-    "progress": {"learned": 1.0, "partial": 0.3}, "spikes": {"calm": 1.0, "spiky": 0.3}})
+    "progress": {"learned": 1.0, "partial": 0.3}, "spikes": {"calm": 1.0, "spiky": 0.3},
+    "grad_ratio": {"balanced": 1.0}})
 register_failure_mode("vanishing_gradients", description="gradients die out toward the input",
                       signature={
     "loss": {"flat": 1.0, "decreasing": 0.2}, "grad.input": {"vanishing": 1.0, "healthy": 0.2},
     "grad.output": {"healthy": 1.0}, "act": {"normal": 1.0, "saturated": 0.5},
-    "progress": {"none": 1.0, "partial": 0.5}, "spikes": {"calm": 1.0}})
+    "progress": {"none": 1.0, "partial": 0.5}, "spikes": {"calm": 1.0},
+    "grad_ratio": {"vanishing": 1.0, "dead": 0.2}})
 register_failure_mode("exploding_gradients", description="gradients grow by orders of magnitude",
                       signature={
     "loss.early": {"flat": 1.0, "decreasing": 0.5, "rising": 0.3},
@@ -358,28 +360,32 @@ register_failure_mode("exploding_gradients", description="gradients grow by orde
     "grad.late": {"exploding": 1.0, "nonfinite": 0.4},
     "act.late": {"anomalous": 1.0, "normal": 0.3},
     "progress": {"nonfinite": 1.0, "worse": 0.7, "none": 0.5},
-    "spikes": {"extreme": 1.0, "nonfinite": 1.0, "spiky": 0.7}})
+    "spikes": {"extreme": 1.0, "nonfinite": 1.0, "spiky": 0.7},
+    "grad_ratio": {"balanced": 1.0, "growing": 1.0}})
 register_failure_mode("dead_neurons", description="rectifier units output zero for every input",
                       signature={
     "loss": {"flat": 1.0}, "act": {"dead": 1.0, "normal": 0.3},
     "grad.input": {"vanishing": 1.0, "healthy": 0.5},
-    "progress": {"none": 1.0, "partial": 0.5, "worse": 0.3}, "spikes": {"calm": 1.0, "spiky": 0.5}})
+    "progress": {"none": 1.0, "partial": 0.5, "worse": 0.3}, "spikes": {"calm": 1.0, "spiky": 0.5},
+    "grad_ratio": {"dead": 1.0, "vanishing": 0.5, "balanced": 0.5}})
 register_failure_mode("saturated_activations", description="sigmoid/tanh units stuck in the tails",
                       signature={
     "loss": {"flat": 1.0}, "act": {"saturated": 1.0, "normal": 0.3},
     "grad.input": {"vanishing": 1.0, "healthy": 0.5},
-    "progress": {"none": 1.0, "partial": 0.8}})
+    "progress": {"none": 1.0, "partial": 0.8}, "grad_ratio": {"balanced": 1.0, "vanishing": 0.5}})
 register_failure_mode("loss_divergence", description="loss blows up or turns non-finite",
                       signature={
     "loss.early": {"flat": 1.0, "decreasing": 0.7, "rising": 0.5},
     "loss.late": {"nonfinite": 1.0, "rising": 0.8},
     "grad.early": {"healthy": 1.0}, "grad.late": {"nonfinite": 1.0, "healthy": 0.3},
     "act.late": {"anomalous": 1.0, "normal": 0.5},
-    "progress": {"nonfinite": 1.0, "worse": 0.8}, "spikes": {"nonfinite": 1.0, "extreme": 0.8}})
+    "progress": {"nonfinite": 1.0, "worse": 0.8}, "spikes": {"nonfinite": 1.0, "extreme": 0.8},
+    "grad_ratio": {"balanced": 1.0, "growing": 0.5}})
 register_failure_mode("training_plateau", description="loss does not move with healthy gradients",
                       signature={
     "loss": {"flat": 1.0, "decreasing": 0.1}, "grad": {"healthy": 1.0}, "act": {"normal": 1.0},
-    "progress": {"none": 1.0, "partial": 0.3}, "spikes": {"calm": 1.0}})
+    "progress": {"none": 1.0, "partial": 0.3}, "spikes": {"calm": 1.0},
+    "grad_ratio": {"balanced": 1.0}})
 
 
 def _levels(state: str, high: tuple[str, ...], p_high: float, p_other: float = 0.01) -> float:
@@ -393,9 +399,9 @@ def _levels(state: str, high: tuple[str, ...], p_high: float, p_other: float = 0
                      description="steps too large for the loss surface")
 def _lr_high(lr_level: str, clipping: str, normalization: str) -> float:
     p = {"high": 0.9, "very_high": 0.97}.get(lr_level, 0.01)
-    if clipping == "clipped":  # clipping bounds a step, not a rate that is off for good
-        p *= 0.7
-    return p if normalization == "none" else p * 0.7
+    if clipping == "clipped":  # clipping bounds every step the rate makes too large
+        p *= 0.3
+    return p if normalization == "none" else p * 0.3
 
 
 @register_root_cause("learning_rate_too_low", parents=("lr_level",), knob="lr_scale",
@@ -469,14 +475,19 @@ def _missing_norm(normalization: str, depth: str) -> float:
     return 0.3 if depth == "deep" else 0.03
 
 
-@register_root_cause("missing_gradient_clipping", parents=("clipping", "arch"),
-                     knob="grad_clip",
+@register_root_cause("missing_gradient_clipping",
+                     parents=("clipping", "arch", "lr_level", "init_level"), knob="grad_clip",
                      failure_types={"exploding_gradients": 1.0, "loss_divergence": 0.7},
                      description="rare huge gradients (long recurrences) reach the update")
-def _missing_clip(clipping: str, arch: str) -> float:
+def _missing_clip(clipping: str, arch: str, lr_level: str, init_level: str) -> float:
     if clipping != "none":
         return 0.01
-    return 0.4 if arch == "recurrent" else 0.05
+    p = 0.4 if arch == "recurrent" else 0.05
+    if lr_level in ("low", "very_low"):  # smaller steps, smaller blow-ups
+        p *= 0.2
+    if init_level in ("small", "very_small"):  # a contracting recurrence does not explode
+        p *= 0.2
+    return p
 
 
 @register_root_cause("unknown", failure_types={ft: 1.0 for ft in FAILURE_TYPES},

@@ -36,6 +36,7 @@ import numpy as np
 from causal_models.discretize import (
     ACT_STATES,
     GAIN_STATES,
+    GRAD_RATIO_STATES,
     GRAD_STATES,
     INIT_CONFIG_STATES,
     INPUT_CONFIG_STATES,
@@ -256,7 +257,8 @@ def build_structure(*, n_slices: int = 4, n_blocks: int = 3, prior_strength: flo
 
     # Run-level evidence on the failure.
     by_mode = {m.name: m for m in modes}
-    for node, sts in (("progress", PROGRESS_STATES), ("spikes", SPIKE_STATES)):
+    for node, sts in (("progress", PROGRESS_STATES), ("spikes", SPIKE_STATES),
+                      ("grad_ratio", GRAD_RATIO_STATES)):
         states[node], parents[node], roles[node] = sts, ("failure_type",), "run_evidence"
         rows[node] = (lambda _n=node, _s=sts, **kw: np.array(
             by_mode[kw["failure_type"]].weights(_n, (), _s)))
