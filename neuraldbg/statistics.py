@@ -11,6 +11,7 @@ never "saturated" by a fixed |x| cut (a defect of the NeuralDBG prototype).
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Literal
 
 import numpy as np
@@ -77,6 +78,19 @@ def is_channel_first(module: nn.Module) -> bool:
     return any(cls.__name__.startswith(_CHANNEL_FIRST) for cls in type(module).__mro__)
 
 
+@lru_cache(maxsize=64)
+def _other_dims(ndim: int, channel_first: bool) -> tuple[int, ...]:
+    """Dims reduced to get one value per unit (all but the unit dim)."""
+    unit_dim = 1 if channel_first or ndim >= 4 else ndim - 1
+    return tuple(d for d in range(ndim) if d != unit_dim)
+
+
+@lru_cache(maxsize=8)
+def _zero(device: torch.device) -> torch.Tensor:
+    """A cached 0 (no fill kernel per hook call for families without a saturation count)."""
+    return torch.zeros((), dtype=torch.long, device=device)
+
+
 def count_thresholds(family: str, tanh_margin: float, device: torch.device) -> torch.Tensor:
     """Thresholds t for the counts ``|x| > t``: not NaN, non-zero, infinite, tanh-saturated."""
     big = float(torch.finfo(torch.float32).max)
@@ -129,8 +143,7 @@ def activation_sums(
     if x.dim() >= 2:
         # Units: channels of feature maps (any 4-D/5-D output, e.g. a ReLU after a Conv2d,
         # and the outputs of channel-first modules), else features along the last dim.
-        unit_dim = 1 if channel_first or x.dim() >= 4 else x.dim() - 1
-        unit_max = a.amax(dim=tuple(d for d in range(x.dim()) if d != unit_dim))
+        unit_max = a.amax(dim=_other_dims(x.dim(), channel_first))
     else:
         unit_max = a.reshape(-1)
     dead = (unit_max == 0).sum()
@@ -152,7 +165,7 @@ def activation_sums(
     elif family == "smooth":
         sat = ((xs <= 0) & (xs >= -tail)).sum()
     else:
-        sat = dead.new_zeros(())
+        sat = _zero(x.device)
     counts = (as_.reshape(1, -1) > thresholds).sum(dim=1)
     head = torch.stack([xs.sum(), torch.linalg.vector_norm(xs), dead, sat])  # promotes to float
     den = (1.0, float(n_s), float(x.numel()), float(unit_max.numel()), n_sat)
