@@ -31,15 +31,14 @@ States (all thresholds in :class:`Bins`, documented there):
   tells an init scale), ``input_mag`` (scale of the first layer's output), ``lr_config``
   (configured learning rate against the optimizer's usual range), ``init_config`` (the
   configured init gain), ``input_config`` (whether the config says inputs are standardized).
-- Observed knob and context nodes: ``activation``, ``normalization``, ``clipping``,
-  ``depth``, ``arch``; read from the module table first and the run config second.
+- The observed knob and context nodes and the rules' verdict are in
+  :mod:`causal_models.evidence`.
 
 Nothing here reads ``trace.meta["ground_truth"]``.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -70,9 +69,6 @@ __all__ = [
     "Discretized",
     "discretize",
     "slice_node",
-    "observe_knobs",
-    "locate_origin",
-    "rule_verdict",
 ]
 
 GRAD_STATES: tuple[str, ...] = ("healthy", "vanishing", "exploding", "nonfinite")
@@ -93,19 +89,6 @@ CLIPPING_STATES: tuple[str, ...] = ("none", "clipped")
 DEPTH_STATES: tuple[str, ...] = ("shallow", "deep")
 ARCH_STATES: tuple[str, ...] = ("feedforward", "convolutional", "recurrent", "attention")
 
-_ACT_TYPES = {
-    "ReLU": "relu", "ReLU6": "relu", "ELU": "relu", "CELU": "relu", "SELU": "relu",
-    "LeakyReLU": "leaky_relu", "PReLU": "leaky_relu", "RReLU": "leaky_relu",
-    "GELU": "gelu", "SiLU": "gelu", "Mish": "gelu", "Hardswish": "gelu",
-    "Tanh": "tanh", "Hardtanh": "tanh", "Softsign": "tanh",
-    "Sigmoid": "sigmoid", "Hardsigmoid": "sigmoid",
-}
-_ACT_NAMES = {"relu": "relu", "leaky_relu": "leaky_relu", "leakyrelu": "leaky_relu",
-              "gelu": "gelu", "silu": "gelu", "swish": "gelu", "tanh": "tanh",
-              "sigmoid": "sigmoid"}
-_LR_REFERENCE = {"sgd": 3e-2, "adam": 1e-3, "adamw": 1e-3, "rmsprop": 1e-3, "adagrad": 1e-2}
-_WEIGHTED_TYPES = ("Linear", "Conv", "RNN", "GRU", "LSTM", "Embedding", "Bilinear",
-                   "MultiheadAttention")
 
 
 @dataclass(frozen=True, slots=True)
@@ -291,81 +274,6 @@ def _fill_empty(values: list[Any], observed: list[bool]) -> list[Any]:
     return out
 
 
-def observe_knobs(trace: Trace, bins: Bins | None = None) -> dict[str, str]:
-    """Observed knob and context states of a run, from its module table and config.
-
-    Parameters
-    ----------
-    trace : Trace
-        The run.
-    bins : Bins, optional
-        Thresholds (only ``deep_layers`` and ``lr_config_edges`` are used).
-
-    Returns
-    -------
-    dict
-        ``activation``, ``normalization``, ``clipping``, ``depth``, ``arch``,
-        ``lr_config``, ``init_config`` and ``input_config`` states.
-    """
-    bins = bins or Bins()
-    config = trace.meta.get("config") or {}
-    types = trace.modules["module_type"].astype(str).tolist()
-    acts = [_ACT_TYPES[t] for t in types if t in _ACT_TYPES]
-    if acts:
-        activation = max(set(acts), key=lambda a: (acts.count(a), a))
-    else:
-        activation = _ACT_NAMES.get(str(config.get("activation", "")).lower(), "other")
-    if any(t.startswith("BatchNorm") for t in types):
-        normalization = "batch"
-    elif any(t in ("LayerNorm", "GroupNorm", "RMSNorm") for t in types):
-        normalization = "layer"
-    else:
-        norm_cfg = str(config.get("normalization") or "none").lower()
-        normalization = norm_cfg if norm_cfg in NORMALIZATION_STATES else "none"
-    clip = config.get("grad_clip")
-    clipping = "clipped" if isinstance(clip, (int, float)) and clip and clip > 0 else "none"
-    n_weighted = sum(any(t.startswith(w) for w in _WEIGHTED_TYPES) for t in types)
-    recurrent_layers = int(config.get("num_layers", 1) or 1)
-    depth = "deep" if n_weighted >= bins.deep_layers else "shallow"
-    if any(t in ("RNN", "GRU", "LSTM", "RNNCell", "GRUCell", "LSTMCell") for t in types):
-        arch = "recurrent"
-        depth = "deep" if recurrent_layers >= 4 or n_weighted >= bins.deep_layers else depth
-    elif any("Attention" in t for t in types):
-        arch = "attention"
-    elif any(t.startswith("Conv") for t in types):
-        arch = "convolutional"
-    else:
-        arch = "feedforward"
-    lr = config.get("lr")
-    opt = str(config.get("optimizer") or trace.meta.get("optimizer_class") or "").lower()
-    ref = _LR_REFERENCE.get(opt)
-    if isinstance(lr, (int, float)) and lr > 0 and ref is not None:
-        decades = math.log10(lr / ref)
-        lo, hi = bins.lr_config_edges
-        lr_config = "low" if decades < lo else ("high" if decades > hi else "typical")
-    else:
-        lr_config = "unknown"
-    init = config.get("init")
-    gain = init.get("gain") if isinstance(init, dict) else config.get("init_gain")
-    if isinstance(gain, (int, float)) and gain > 0:
-        lo, hi = bins.init_gain_edges
-        init_config = "small" if gain < lo else ("large" if gain > hi else "default")
-    else:
-        init_config = "unknown"
-    norm_in = config.get("input_normalization")
-    scale_in = config.get("input_scale", 1.0)
-    scale_in = scale_in if isinstance(scale_in, (int, float)) else 1.0
-    if norm_in is None:
-        input_config = "unknown" if scale_in <= bins.input_scale_raw else "raw"
-    else:
-        standardized = str(norm_in).lower() not in ("none", "raw", "false", "")
-        input_config = ("standardized" if standardized and scale_in <= bins.input_scale_raw
-                        else "raw")
-    return {"activation": activation, "normalization": normalization, "clipping": clipping,
-            "depth": depth, "arch": arch, "lr_config": lr_config, "init_config": init_config,
-            "input_config": input_config}
-
-
 def _grad_state(g: float, g_out: float, g_first: float, nonfinite: bool, bins: Bins,
                 is_output: bool) -> str:
     """``g`` is the mean over the finite values of the cell: an explosion seen before the
@@ -478,7 +386,6 @@ def discretize(trace: Trace, *, n_slices: int = 4, n_blocks: int = 3,
 
     _block_states(trace, blocks, bounds, bins, states, features)
     _run_states(trace, blocks, bins, states, features)
-    states.update(observe_knobs(trace, bins))
     return Discretized(states=states, slices=slices, blocks=blocks, onset_step=onset,
                        features=features)
 
@@ -648,119 +555,3 @@ def _run_states(trace: Trace, blocks: tuple[tuple[str, ...], ...], bins: Bins,
     states["input_mag"] = "large" if np.isfinite(inp) and inp > bins.input_large else "normal"
     features["fwd_gain"] = gain
     features["input_mag"] = inp
-
-
-# Failure type -> (slice-node kind, its unhealthy states, per-module statistic, direction).
-_ORIGIN_RULES: dict[str, tuple[str, tuple[str, ...], str, str]] = {
-    "vanishing_gradients": ("grad", ("vanishing",), "param_grad_norm", "min"),
-    "exploding_gradients": ("grad", ("exploding", "nonfinite"), "param_grad_norm", "max"),
-    "dead_neurons": ("act", ("dead",), "act_frac_dead", "max"),
-    "saturated_activations": ("act", ("saturated",), "act_frac_saturated", "max"),
-    "loss_divergence": ("act", ("anomalous",), "act_max_abs", "max"),
-    "training_plateau": ("loss", ("flat",), "param_grad_norm", "max"),
-}
-
-
-def locate_origin(trace: Trace, disc: Discretized, failure_type: str
-                  ) -> tuple[str, int, list[str]]:
-    """Where and when a failure type first shows in the discretized evidence.
-
-    The earliest slice in which a block takes one of the failure's unhealthy states gives the
-    origin block (the upstream-most block for activations, the input-most for gradients,
-    since gradients flow backward); within it, the module with the most extreme statistic
-    (e.g. the largest dead share) is the origin layer, and the first step in that slice where
-    that module is most extreme is the origin step.
-
-    Parameters
-    ----------
-    trace : Trace
-    disc : Discretized
-        ``discretize(trace)``.
-    failure_type : str
-
-    Returns
-    -------
-    origin_layer : str
-    origin_step : int
-    propagation_path : list of str
-        Blocks in the order the failure reached them, as ``"block b (first..last module)"``.
-    """
-    kind, bad, column, direction = _ORIGIN_RULES.get(
-        failure_type, ("grad", ("vanishing", "exploding", "nonfinite"), "param_grad_norm", "max"))
-    n_t, n_b = len(disc.slices), len(disc.blocks)
-    first_seen: dict[int, int] = {}
-    if kind == "loss":
-        hit = [t for t in range(n_t) if disc.states[slice_node("loss", t)] in bad]
-        t0 = hit[0] if hit else 0
-        first_seen = {b: t0 for b in range(n_b)}
-    else:
-        for b in range(n_b):
-            for t in range(n_t):
-                if disc.states[slice_node(kind, t, b)] in bad:
-                    first_seen[b] = t
-                    break
-    if not first_seen:
-        first_seen = {0: 0}
-    order = sorted(first_seen, key=lambda b: (first_seen[b], b if kind != "grad" else -b))
-    if kind == "grad" and failure_type == "vanishing_gradients":
-        order = sorted(first_seen, key=lambda b: (first_seen[b], b))
-    block, t = order[0], first_seen[order[0]]
-    start, end = disc.slices[t]
-    if end <= start:  # an empty slice took a neighbour's state: search the whole run
-        start, end = int(trace.steps["step"].min()), int(trace.steps["step"].max()) + 1
-    names = list(disc.blocks[block])
-    stats = trace.stats
-    layer, step = names[0], int(start)
-    if len(stats) and column in stats.columns:
-        sel = stats[(stats["step"] >= start) & (stats["step"] < end)
-                    & stats["module_name"].isin(names)]
-        vals = sel[column].to_numpy(dtype=float)
-        if failure_type == "loss_divergence":
-            nonfinite = (sel["act_nan"].to_numpy(dtype=float) + sel["act_inf"].to_numpy(
-                dtype=float)) > 0
-            vals = np.where(nonfinite, np.inf, vals)
-        ok = ~np.isnan(vals)
-        if ok.any():
-            sub = sel[ok]
-            v = vals[ok]
-            pick = int(np.argmin(v) if direction == "min" else np.argmax(v))
-            layer = str(sub["module_name"].iloc[pick])
-            target = v[pick]
-            same = sub[(sub["module_name"] == layer).to_numpy() & (v == target)]
-            step = int(same["step"].min()) if len(same) else int(sub["step"].iloc[pick])
-    path = [f"block {b} ({disc.blocks[b][0]}..{disc.blocks[b][-1]})" for b in order]
-    return layer, step, path
-
-
-#: States of the rule-evidence nodes that are not failure types or root causes.
-RULE_HEALTHY = "healthy"
-RULE_NO_CAUSE = "none"
-
-
-def rule_verdict(trace: Trace, threshold: float = 0.5) -> dict[str, str]:
-    """The heuristic reasoner's verdict on a trace, as evidence for the network.
-
-    The rules are a noisy sensor of the failure and its cause: ``rule_failure`` is the top
-    hypothesis's failure type when its confidence reaches ``threshold`` (else
-    ``"healthy"``), ``rule_cause`` its root cause (else ``"none"``). The network learns how
-    far to trust them (P(rule verdict | truth)) from the zoo, starting from a prior that
-    trusts them.
-
-    Parameters
-    ----------
-    trace : Trace
-    threshold : float, default=0.5
-        The contract's healthy threshold.
-
-    Returns
-    -------
-    dict
-        ``{"rule_failure": ..., "rule_cause": ...}``.
-    """
-    from neuraldbg.methods import get_method
-
-    hyps = get_method("heuristic").explain(trace)
-    if not hyps or max(float(h.confidence) for h in hyps) < threshold:
-        return {"rule_failure": RULE_HEALTHY, "rule_cause": RULE_NO_CAUSE}
-    top = max(hyps, key=lambda h: float(h.confidence))
-    return {"rule_failure": top.failure_type, "rule_cause": top.root_cause}

@@ -28,24 +28,17 @@ import numpy as np
 import pandas as pd
 
 from causal_models.calibration import Calibrator, fit_calibrator
-from causal_models.discretize import (
-    RULE_NO_CAUSE,
-    Bins,
-    Discretized,
-    discretize,
-    locate_origin,
-    rule_verdict,
-)
+from causal_models.discretize import Bins, Discretized, discretize
+from causal_models.evidence import RULE_NO_CAUSE, observe_knobs, rule_verdict
+from causal_models.origin import locate_origin
 from causal_models.registry import list_root_causes
 from causal_models.structure import NO_CAUSE, Structure, build_structure, training_labels
 from neuraldbg.errors import NotFittedError
 from neuraldbg.records import HEALTHY, Hypothesis
 from neuraldbg.trace import Trace
 
-__all__ = ["ProbabilisticReasoner", "MODEL_FORMAT"]
+__all__ = ["ProbabilisticReasoner"]
 
-MODEL_FORMAT = "neuraldbg-causal-model"
-_MODEL_VERSION = 1
 # Discretized evidence per live trace object and discretization settings: leave-one-family-out
 # evaluation fits many models on the same traces. Entries go when the trace is collected.
 _EVIDENCE_CACHE: dict[tuple[int, tuple[Any, ...]], Discretized] = {}
@@ -207,6 +200,7 @@ class ProbabilisticReasoner:
 
     def _discretize_uncached(self, trace: Trace) -> Discretized:
         disc = discretize(trace, n_slices=self.n_slices, n_blocks=self.n_blocks, bins=self.bins)
+        disc.states.update(observe_knobs(trace, self.bins))
         if self.rule_evidence:
             verdict = rule_verdict(trace)
             causes = set(self._cause_states())
@@ -495,63 +489,17 @@ class ProbabilisticReasoner:
 
     # ------------------------------------------------------------ persistence
     def to_dict(self) -> dict[str, Any]:
-        """JSON-compatible form: hyperparameters, structure, fitted tables, calibrator."""
-        self._check_fitted()
-        s = self.structure_
-        cpds = {}
-        for node in s.states:
-            cpd = self.network_.get_cpds(node)
-            cpds[node] = {"evidence": list(cpd.variables[1:]),
-                          "values": np.round(cpd.get_values(), 8).tolist()}
-        params = {k: v for k, v in self.get_params().items() if k != "bins"}
-        params["bins"] = None if self.bins is None else {
-            f: getattr(self.bins, f) for f in self.bins.__dataclass_fields__}
-        return {"format": MODEL_FORMAT, "version": _MODEL_VERSION, "params": params,
-                "states": {n: list(v) for n, v in s.states.items()},
-                "parents": {n: list(v) for n, v in s.parents.items()},
-                "roles": dict(s.roles), "cpds": cpds,
-                "calibrator": self.calibrator_.to_dict(),
-                "fit": {"n_traces": self.n_fit_traces_, "families": self.fit_families_}}
+        """JSON-compatible form (see :mod:`causal_models.persistence`)."""
+        from causal_models.persistence import model_to_dict
+
+        return model_to_dict(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ProbabilisticReasoner:
         """Inverse of :meth:`to_dict` (no pickle: tables are plain lists)."""
-        if data.get("format") != MODEL_FORMAT:
-            raise ValueError(f"Not a NeuralDBG causal model (format {data.get('format')!r}, "
-                             f"expected {MODEL_FORMAT!r}).")
-        if int(data.get("version", 0)) > _MODEL_VERSION:
-            raise ValueError(f"Model version {data.get('version')} is newer than the "
-                             f"{_MODEL_VERSION} this causal_models reads; upgrade neuraldbg.")
-        params = dict(data["params"])
-        if params.get("bins") is not None:
-            b = params["bins"]
-            params["bins"] = Bins(**{k: tuple(v) if isinstance(v, list) else v
-                                     for k, v in b.items()})
-        self = cls(**params)
-        models, _, _, TabularCPD = _pgmpy()
-        states = {n: tuple(v) for n, v in data["states"].items()}
-        parents = {n: tuple(v) for n, v in data["parents"].items()}
-        self.structure_ = Structure(states=states, parents=parents, roles=dict(data["roles"]),
-                                    prior={}, n_slices=self.n_slices, n_blocks=self.n_blocks)
-        model = models.DiscreteBayesianNetwork()
-        model.add_nodes_from(states)
-        model.add_edges_from(self.structure_.edges)
-        cpds = []
-        for node, entry in data["cpds"].items():
-            ev = entry["evidence"]
-            cpds.append(TabularCPD(node, len(states[node]), np.asarray(entry["values"]),
-                                   evidence=ev or None,
-                                   evidence_card=[len(states[e]) for e in ev] or None,
-                                   state_names={v: list(states[v]) for v in [node, *ev]}))
-        model.add_cpds(*cpds)
-        self.network_ = model
-        self.classes_ = np.array(states["failure_type"], dtype=object)
-        self.root_causes_ = np.array(states["root_cause"], dtype=object)
-        self.calibrator_ = Calibrator.from_dict(data["calibrator"])
-        self.n_fit_traces_ = int(data["fit"]["n_traces"])
-        self.fit_families_ = list(data["fit"]["families"])
-        self._inference = None
-        return self
+        from causal_models.persistence import model_from_dict
+
+        return model_from_dict(cls, data)
 
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write the fitted model as JSON."""

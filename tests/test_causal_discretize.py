@@ -8,7 +8,9 @@ import torch
 from torch import nn
 
 import neuraldbg as ndb
-from causal_models.discretize import discretize, locate_origin, observe_knobs, slice_node
+from causal_models.discretize import discretize, slice_node
+from causal_models.evidence import observe_knobs
+from causal_models.origin import locate_origin
 
 
 def _train(depth: int = 3, steps: int = 40, lr: float = 0.05, act: type[nn.Module] = nn.ReLU,
@@ -57,7 +59,7 @@ def test_healthy_run_learns_and_keeps_gradients_healthy() -> None:
     assert {disc.states[slice_node("grad", t, b)] for t in range(4) for b in range(3)} == {
         "healthy"}
     assert disc.states["update"] in ("small", "normal")
-    assert disc.states["lr_config"] == "typical"
+    assert observe_knobs(_train(steps=2, lr=0.1))["lr_config"] == "typical"
 
 
 def test_diverging_run_is_nonfinite_after_its_onset_and_fine_before() -> None:
@@ -69,7 +71,7 @@ def test_diverging_run_is_nonfinite_after_its_onset_and_fine_before() -> None:
     assert disc.onset_step <= first_bad
     assert disc.states[slice_node("loss", 3)] == "nonfinite"
     assert disc.states["update"] in ("large", "nonfinite")
-    assert disc.states["lr_config"] == "high"
+    assert observe_knobs(trace)["lr_config"] == "high"
     # slices are anchored on the onset: the onset window starts there
     assert disc.slices[2][0] == disc.onset_step
 

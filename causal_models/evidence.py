@@ -1,0 +1,139 @@
+"""Evidence that is not a time slice: the observed knobs and context of a run, and the
+heuristic reasoner's verdict.
+
+The knob and context states come from the module table first (what actually ran) and the
+run config second (what a user wrote down); the rules' verdict is the Post-Mortem
+Reasoner's top hypothesis. Nothing here reads ``trace.meta["ground_truth"]``.
+"""
+
+from __future__ import annotations
+
+import math
+
+from causal_models.discretize import NORMALIZATION_STATES, Bins
+from neuraldbg.trace import Trace
+
+__all__ = ["observe_knobs", "rule_verdict", "RULE_HEALTHY", "RULE_NO_CAUSE"]
+
+_ACT_TYPES = {
+    "ReLU": "relu", "ReLU6": "relu", "ELU": "relu", "CELU": "relu", "SELU": "relu",
+    "LeakyReLU": "leaky_relu", "PReLU": "leaky_relu", "RReLU": "leaky_relu",
+    "GELU": "gelu", "SiLU": "gelu", "Mish": "gelu", "Hardswish": "gelu",
+    "Tanh": "tanh", "Hardtanh": "tanh", "Softsign": "tanh",
+    "Sigmoid": "sigmoid", "Hardsigmoid": "sigmoid",
+}
+_ACT_NAMES = {"relu": "relu", "leaky_relu": "leaky_relu", "leakyrelu": "leaky_relu",
+              "gelu": "gelu", "silu": "gelu", "swish": "gelu", "tanh": "tanh",
+              "sigmoid": "sigmoid"}
+_LR_REFERENCE = {"sgd": 3e-2, "adam": 1e-3, "adamw": 1e-3, "rmsprop": 1e-3, "adagrad": 1e-2}
+_WEIGHTED_TYPES = ("Linear", "Conv", "RNN", "GRU", "LSTM", "Embedding", "Bilinear",
+                   "MultiheadAttention")
+
+
+def observe_knobs(trace: Trace, bins: Bins | None = None) -> dict[str, str]:
+    """Observed knob and context states of a run, from its module table and config.
+
+    Parameters
+    ----------
+    trace : Trace
+        The run.
+    bins : Bins, optional
+        Thresholds (only ``deep_layers`` and ``lr_config_edges`` are used).
+
+    Returns
+    -------
+    dict
+        ``activation``, ``normalization``, ``clipping``, ``depth``, ``arch``,
+        ``lr_config``, ``init_config`` and ``input_config`` states.
+    """
+    bins = bins or Bins()
+    config = trace.meta.get("config") or {}
+    types = trace.modules["module_type"].astype(str).tolist()
+    acts = [_ACT_TYPES[t] for t in types if t in _ACT_TYPES]
+    if acts:
+        activation = max(set(acts), key=lambda a: (acts.count(a), a))
+    else:
+        activation = _ACT_NAMES.get(str(config.get("activation", "")).lower(), "other")
+    if any(t.startswith("BatchNorm") for t in types):
+        normalization = "batch"
+    elif any(t in ("LayerNorm", "GroupNorm", "RMSNorm") for t in types):
+        normalization = "layer"
+    else:
+        norm_cfg = str(config.get("normalization") or "none").lower()
+        normalization = norm_cfg if norm_cfg in NORMALIZATION_STATES else "none"
+    clip = config.get("grad_clip")
+    clipping = "clipped" if isinstance(clip, (int, float)) and clip and clip > 0 else "none"
+    n_weighted = sum(any(t.startswith(w) for w in _WEIGHTED_TYPES) for t in types)
+    recurrent_layers = int(config.get("num_layers", 1) or 1)
+    depth = "deep" if n_weighted >= bins.deep_layers else "shallow"
+    if any(t in ("RNN", "GRU", "LSTM", "RNNCell", "GRUCell", "LSTMCell") for t in types):
+        arch = "recurrent"
+        depth = "deep" if recurrent_layers >= 4 or n_weighted >= bins.deep_layers else depth
+    elif any("Attention" in t for t in types):
+        arch = "attention"
+    elif any(t.startswith("Conv") for t in types):
+        arch = "convolutional"
+    else:
+        arch = "feedforward"
+    lr = config.get("lr")
+    opt = str(config.get("optimizer") or trace.meta.get("optimizer_class") or "").lower()
+    ref = _LR_REFERENCE.get(opt)
+    if isinstance(lr, (int, float)) and lr > 0 and ref is not None:
+        decades = math.log10(lr / ref)
+        lo, hi = bins.lr_config_edges
+        lr_config = "low" if decades < lo else ("high" if decades > hi else "typical")
+    else:
+        lr_config = "unknown"
+    init = config.get("init")
+    gain = init.get("gain") if isinstance(init, dict) else config.get("init_gain")
+    if isinstance(gain, (int, float)) and gain > 0:
+        lo, hi = bins.init_gain_edges
+        init_config = "small" if gain < lo else ("large" if gain > hi else "default")
+    else:
+        init_config = "unknown"
+    norm_in = config.get("input_normalization")
+    scale_in = config.get("input_scale", 1.0)
+    scale_in = scale_in if isinstance(scale_in, (int, float)) else 1.0
+    if norm_in is None:
+        input_config = "unknown" if scale_in <= bins.input_scale_raw else "raw"
+    else:
+        standardized = str(norm_in).lower() not in ("none", "raw", "false", "")
+        input_config = ("standardized" if standardized and scale_in <= bins.input_scale_raw
+                        else "raw")
+    return {"activation": activation, "normalization": normalization, "clipping": clipping,
+            "depth": depth, "arch": arch, "lr_config": lr_config, "init_config": init_config,
+            "input_config": input_config}
+
+
+#: States of the rule-evidence nodes that are not failure types or root causes.
+RULE_HEALTHY = "healthy"
+RULE_NO_CAUSE = "none"
+
+
+def rule_verdict(trace: Trace, threshold: float = 0.5) -> dict[str, str]:
+    """The heuristic reasoner's verdict on a trace, as evidence for the network.
+
+    The rules are a noisy sensor of the failure and its cause: ``rule_failure`` is the top
+    hypothesis's failure type when its confidence reaches ``threshold`` (else
+    ``"healthy"``), ``rule_cause`` its root cause (else ``"none"``). The network learns how
+    far to trust them (P(rule verdict | truth)) from the zoo, starting from a prior that
+    trusts them.
+
+    Parameters
+    ----------
+    trace : Trace
+    threshold : float, default=0.5
+        The contract's healthy threshold.
+
+    Returns
+    -------
+    dict
+        ``{"rule_failure": ..., "rule_cause": ...}``.
+    """
+    from neuraldbg.methods import get_method
+
+    hyps = get_method("heuristic").explain(trace)
+    if not hyps or max(float(h.confidence) for h in hyps) < threshold:
+        return {"rule_failure": RULE_HEALTHY, "rule_cause": RULE_NO_CAUSE}
+    top = max(hyps, key=lambda h: float(h.confidence))
+    return {"rule_failure": top.failure_type, "rule_cause": top.root_cause}
