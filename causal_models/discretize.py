@@ -132,6 +132,8 @@ class Bins:
         Configured init gain edges: small | default | large.
     input_scale_raw : float
         A configured input multiplier above this counts as raw (unstandardized) inputs.
+    lr_spike_factor : float
+        A recorded learning rate above this multiple of its median is a schedule spike.
     deep_layers : int
         Weighted layers from which a model counts as ``deep``.
     progress_edges : tuple of float
@@ -163,6 +165,7 @@ class Bins:
     lr_config_edges: tuple[float, float] = (-1.5, 1.0)
     init_gain_edges: tuple[float, float] = (0.5, 2.0)
     input_scale_raw: float = 10.0
+    lr_spike_factor: float = 3.0
     deep_layers: int = 8
     progress_edges: tuple[float, float, float] = (0.5, 0.7, 1.05)
     spike_edges: tuple[float, float] = (1.0, 2.5)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from causal_models.discretize import NORMALIZATION_STATES, Bins
 from neuraldbg.trace import Trace
 
@@ -44,7 +46,8 @@ def observe_knobs(trace: Trace, bins: Bins | None = None) -> dict[str, str]:
     -------
     dict
         ``activation``, ``normalization``, ``clipping``, ``depth``, ``arch``,
-        ``lr_config``, ``init_config`` and ``input_config`` states.
+        ``lr_config``, ``init_config``, ``input_config`` and ``lr_schedule`` (``spike``
+        when the recorded learning rate jumps above ``lr_spike_factor`` x its median).
     """
     bins = bins or Bins()
     config = trace.meta.get("config") or {}
@@ -100,9 +103,12 @@ def observe_knobs(trace: Trace, bins: Bins | None = None) -> dict[str, str]:
         standardized = str(norm_in).lower() not in ("none", "raw", "false", "")
         input_config = ("standardized" if standardized and scale_in <= bins.input_scale_raw
                         else "raw")
+    lr_steps = trace.steps["lr"].to_numpy(dtype=float) if "lr" in trace.steps else []
+    lr_steps = lr_steps[np.isfinite(lr_steps) & (lr_steps > 0)] if len(lr_steps) else lr_steps
+    spike = len(lr_steps) > 0 and lr_steps.max() > bins.lr_spike_factor * np.median(lr_steps)
     return {"activation": activation, "normalization": normalization, "clipping": clipping,
             "depth": depth, "arch": arch, "lr_config": lr_config, "init_config": init_config,
-            "input_config": input_config}
+            "input_config": input_config, "lr_schedule": "spike" if spike else "steady"}
 
 
 #: States of the rule-evidence nodes that are not failure types or root causes.

@@ -336,7 +336,18 @@ def what_if(reasoner: ProbabilisticReasoner, trace: Trace, **knobs: Any) -> Coun
         weights = np.kron(weights, bern)
     p_rc = rc_cpd.get_values() @ weights
     ft_cpd = network.get_cpds("failure_type")
-    p_ft = ft_cpd.get_values() @ p_rc
+    rc_names = list(rc_cpd.state_names["root_cause"])
+    weights = np.ones(1)
+    for parent in ft_cpd.variables[1:]:
+        names = list(ft_cpd.state_names[parent])
+        if parent == "root_cause":
+            vec = np.array([p_rc[rc_names.index(n)] for n in names])
+        else:  # observed context (e.g. the lr schedule), as acted
+            vec = np.array([1.0 if n == acted.get(parent, evidence.get(parent)) else 0.0
+                            for n in names])
+            vec = vec if vec.sum() else np.full(len(names), 1.0 / len(names))
+        weights = np.kron(weights, vec)
+    p_ft = ft_cpd.get_values() @ weights
     p_ft = p_ft / p_ft.sum()
     predicted = np.array([p_ft[ft_cpd.state_names["failure_type"].index(c)] for c in classes])
     healthy = classes.index(HEALTHY)

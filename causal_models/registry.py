@@ -66,6 +66,7 @@ KNOB_NODES: dict[str, tuple[str, ...]] = {
 #: Observed context nodes (architecture facts that no knob changes).
 CONTEXT_NODES: dict[str, tuple[str, ...]] = {
     "depth": ("shallow", "deep"),
+    "lr_schedule": ("steady", "spike"),
     "arch": ("feedforward", "convolutional", "recurrent", "attention"),
 }
 

@@ -242,10 +242,19 @@ def build_structure(*, n_slices: int = 4, n_blocks: int = 3, prior_strength: flo
     # Failure type given root cause.
     ft_states = tuple(m.name for m in modes)
     states["failure_type"], parents["failure_type"], roles["failure_type"] = ft_states, \
-        ("root_cause",), "failure_type"
+        ("lr_schedule", "root_cause"), "failure_type"
     produce = {c.name: dict(c.failure_types) for c in causes}
     produce[NO_CAUSE] = {HEALTHY: 1.0}
-    rows["failure_type"] = lambda root_cause: _normalised(produce[root_cause], ft_states, 0.02)
+
+    def ft_row(root_cause: str, lr_schedule: str) -> np.ndarray:
+        weights = dict(produce[root_cause])
+        if lr_schedule == "spike" and "loss_divergence" in ft_states and root_cause != NO_CAUSE:
+            # a sudden rate jump blows the loss up with no lead of growing gradients: the
+            # contract's loss_divergence (CONTRACT.md, vocabularies)
+            weights["loss_divergence"] = 5.0 * max(weights.values())
+        return _normalised(weights, ft_states, 0.02)
+
+    rows["failure_type"] = ft_row
 
     # The rules' verdict: a sensor of the failure type and of the cause.
     if rule_evidence:
