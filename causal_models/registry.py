@@ -393,15 +393,18 @@ def _levels(state: str, high: tuple[str, ...], p_high: float, p_other: float = 0
     return p_high if state in high else p_other
 
 
-@register_root_cause("learning_rate_too_high", parents=("lr_level", "clipping", "normalization"),
+@register_root_cause("learning_rate_too_high",
+                     parents=("lr_level", "clipping", "normalization", "lr_schedule"),
                      knob="lr_scale",
                      failure_types={"loss_divergence": 1.0, "exploding_gradients": 0.8,
                                     "dead_neurons": 0.2, "training_plateau": 0.1},
                      description="steps too large for the loss surface")
-def _lr_high(lr_level: str, clipping: str, normalization: str) -> float:
+def _lr_high(lr_level: str, clipping: str, normalization: str, lr_schedule: str) -> float:
     p = {"high": 0.9, "very_high": 0.97}.get(lr_level, 0.01)
-    if clipping == "clipped":  # clipping bounds every step the rate makes too large
-        p *= 0.3
+    if clipping == "clipped":
+        # clipping bounds the few huge steps of a rate spike; a rate that is too high at
+        # every step still moves too far
+        p *= 0.05 if lr_schedule == "spike" else 0.5
     return p if normalization == "none" else p * 0.3
 
 
@@ -465,15 +468,16 @@ def _unnormalized(input_level: str, normalization: str) -> float:
     return base if normalization == "none" else base * 0.15
 
 
-@register_root_cause("missing_normalization", parents=("normalization", "depth"),
+@register_root_cause("missing_normalization", parents=("normalization", "depth", "clipping"),
                      knob="normalization",
                      failure_types={"vanishing_gradients": 1.0, "exploding_gradients": 0.5,
                                     "training_plateau": 0.4},
                      description="a deep stack without normalization layers")
-def _missing_norm(normalization: str, depth: str) -> float:
+def _missing_norm(normalization: str, depth: str, clipping: str) -> float:
     if normalization != "none":
         return 0.01
-    return 0.3 if depth == "deep" else 0.03
+    p = 0.3 if depth == "deep" else 0.03
+    return p * 0.2 if clipping == "clipped" else p  # clipping caps the residual blow-up
 
 
 @register_root_cause("missing_gradient_clipping",
