@@ -78,6 +78,8 @@ def measure_ratio(name: str, every: int, *, steps: int, rounds: int) -> dict[str
     for r in range(rounds):
         order = (False, True) if r % 2 == 0 else (True, False)
         for use in order:
+            # one round = one flush period (the default flush_every), so the flush on exit is
+            # counted as often as in a real run
             dbg = ndb.NeuralDbg(model, optimizer=opt, every=every, flush_every=steps) if use else None
             (hooked if use else bare).append(_round(model, opt, x, y, steps, dbg))
     # Each round's ratio is taken against the bare round next to it, so load that comes and
@@ -158,8 +160,9 @@ def memory_growth(name: str = "mlp", steps: int = 3000) -> float:
 
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=32, help="steps per round")
-    parser.add_argument("--rounds", type=int, default=15,
+    parser.add_argument("--steps", type=int, default=100,
+                        help="steps per round (= flush_every of the hooked rounds)")
+    parser.add_argument("--rounds", type=int, default=11,
                         help="interleaved rounds per setting")
     parser.add_argument("--every", type=int, nargs="+", default=[1, 4, 16, 64])
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
