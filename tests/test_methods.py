@@ -41,8 +41,12 @@ def test_register_a_custom_method_and_pass_an_instance():
         _METHODS.pop("always_plateau_test", None)
 
 
-def test_probabilistic_name_is_importable_on_demand():
+def test_probabilistic_method_is_imported_on_demand_and_explains():
     assert "probabilistic" in available_methods()
+    method = get_method("probabilistic")  # imports causal_models, loads the shipped model
+    hyps = method.explain(make_trace(["Linear", "ReLU"], 30))
+    assert isinstance(hyps, list) and all(isinstance(h, ndb.Hypothesis) for h in hyps)
+    assert all(0.0 <= h.confidence <= 1.0 for h in hyps)
 
 
 def test_predict_proba_shape_and_healthy_column():
