@@ -8,12 +8,13 @@ Recalibration, fitted on out-of-family predictions (a grouped cross-validation i
 ``ProbabilisticReasoner.fit``, as scikit-learn's ``CalibratedClassifierCV`` fits on held-out
 folds):
 
-- ``temperature``: ``p_k ∝ p_k ** (1 / T)`` (Guo et al., 2017), mixed with the uniform
-  distribution, ``(1 - eps) * p_T + eps / K``: ``T`` and ``eps`` minimise the NLL of the
-  held-out predictions (scipy). The mixture is what a model that is right about the
-  families it knows and sometimes confidently wrong about a new one needs: ``T`` alone can
-  only flatten every prediction to pay for the few confident misses, ``eps`` caps the
-  confidence at what held-out accuracy supports;
+- ``temperature``: ``p_k ∝ p_k ** (1 / T)`` with ``T >= 1`` (Guo et al., 2017), mixed with
+  the uniform distribution, ``(1 - eps) * p_T + eps / K``: ``T`` and ``eps`` minimise the
+  Brier score of the held-out predictions (scipy). The mixture is what a model that is right
+  about the families it knows and sometimes confidently wrong about a new one needs: ``T``
+  alone can only flatten every prediction to pay for the few confident misses (and the NLL,
+  unbounded for them, drives it to do so), ``eps`` caps the confidence at what held-out
+  accuracy supports;
 - ``isotonic``: one-vs-rest ``sklearn.isotonic.IsotonicRegression`` per class, renormalised
   (Zadrozny & Elkan, 2002);
 - ``none``: identity.
@@ -192,9 +193,9 @@ def fit_calibrator(method: Literal["temperature", "isotonic", "none"], probs: np
             return brier_score(mixed, y)
 
         best = None
-        for start in ((0.0, 0.01), (np.log(3.0), 0.1), (np.log(0.7), 0.05)):
+        for start in ((0.0, 0.01), (np.log(3.0), 0.1), (np.log(10.0), 0.05)):
             res = minimize(loss, np.array(start), method="L-BFGS-B",
-                           bounds=[(0.0, 0.0), (0.0, 0.5)])
+                           bounds=[(0.0, np.log(50.0)), (0.0, 0.5)])
             if best is None or res.fun < best.fun:
                 best = res
         return Calibrator("temperature", temperature=float(np.exp(best.x[0])),

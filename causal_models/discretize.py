@@ -7,9 +7,9 @@ a 100-module model over 10,000 steps.
 Time slices
     An onset is located without ground truth (first non-finite loss, first global gradient
     norm 100x its early median, or first loss 3x its early median). With an onset at step
-    ``o``, the steps before it are split evenly into ``n_slices - 2`` slices, slice
-    ``n_slices - 2`` is the onset window ``[o, o + w)`` and the last slice is the rest of the
-    run. Without an onset the run is split evenly ("across the run"). A slice without
+    ``o`` and two slices, they are ``[start, o)`` and ``[o, end)``; with more, the steps
+    before it are split evenly into ``n_slices - 2`` slices, slice ``n_slices - 2`` is the
+    onset window ``[o, o + w)`` and the last slice is the rest of the run. Without an onset the run is split evenly ("across the run"). A slice without
     statistics takes the state of its nearest observed neighbour (a run sick from step 0 is
     sick in every slice before the onset window too).
 Layer blocks
@@ -255,9 +255,11 @@ def _slice_bounds(n_steps: int, onset: int | None, nonfinite: int | None, n_slic
     comes later (the lead of an explosion), else for 5% of the run.
     """
     end = first + n_steps
-    if onset is None or n_slices < 3:
+    if onset is None:
         return [int(round(first + i * n_steps / n_slices)) for i in range(n_slices + 1)]
     o = max(first, min(onset, end - 1))
+    if n_slices == 2:  # before the onset | from the onset on
+        return [first, o, end]
     w = max(1, int(round(0.05 * n_steps)))
     stop = nonfinite if nonfinite is not None and nonfinite > o else min(o + w, end)
     pre = [int(round(first + i * (o - first) / (n_slices - 2))) for i in range(n_slices - 1)]
