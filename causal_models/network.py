@@ -49,14 +49,21 @@ def _forget(key_id: int) -> None:
         del _EVIDENCE_CACHE[key]
 
 
-def _pgmpy() -> Any:
-    """Import pgmpy quietly (it warns about its own deprecations on import)."""
+def _pgmpy(*, estimators: bool = True) -> Any:
+    """Import pgmpy quietly (it warns about its own deprecations on import).
+
+    ``estimators=False`` skips ``pgmpy.estimators`` (which imports scikit-learn): loading a
+    fitted model and answering queries need only the model, factors and inference.
+    """
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        import pgmpy.estimators as est
         import pgmpy.inference as inf
         import pgmpy.models as models
         from pgmpy.factors.discrete import TabularCPD
+
+        est = None
+        if estimators:
+            import pgmpy.estimators as est
     return models, est, inf, TabularCPD
 
 
@@ -336,7 +343,7 @@ class ProbabilisticReasoner:
                                  "fit(traces) or use causal_models.load_default_model().")
 
     def _infer(self, network: Any) -> Any:
-        _, _, inf, _ = _pgmpy()
+        _, _, inf, _ = _pgmpy(estimators=False)
         return inf.VariableElimination(network)
 
     def _joint_batch(self, network: Any, evidence: list[dict[str, str]]) -> np.ndarray:

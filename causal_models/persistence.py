@@ -67,7 +67,7 @@ def model_from_dict(cls: type[ProbabilisticReasoner], data: dict[str, Any]
         params["bins"] = Bins(**{k: tuple(v) if isinstance(v, list) else v
                                  for k, v in b.items()})
     reasoner = cls(**params)
-    models, _, _, TabularCPD = _pgmpy()
+    models, _, _, TabularCPD = _pgmpy(estimators=False)
     states = {n: tuple(v) for n, v in data["states"].items()}
     parents = {n: tuple(v) for n, v in data["parents"].items()}
     reasoner.structure_ = Structure(states=states, parents=parents, roles=dict(data["roles"]),
