@@ -22,9 +22,9 @@ import torch
 from rich.console import Console
 from rich.table import Table
 from torch import nn
-from torch.utils._python_dispatch import TorchDispatchMode
 
 import neuraldbg as ndb
+from neuraldbg.syncs import HostSyncCounter
 
 
 def make_mlp() -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
@@ -96,17 +96,6 @@ def measure_ratio(name: str, every: int, *, steps: int, rounds: int) -> dict[str
     }
 
 
-class _SyncCounter(TorchDispatchMode):
-    def __init__(self) -> None:
-        super().__init__()
-        self.count = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if func is torch.ops.aten._local_scalar_dense.default:
-            self.count += 1
-        return func(*args, **(kwargs or {}))
-
-
 def host_syncs_per_step(name: str, steps: int = 20) -> float:
     """Extra ``_local_scalar_dense`` calls per step caused by NeuralDbg (target 0)."""
     torch.manual_seed(0)
@@ -117,7 +106,7 @@ def host_syncs_per_step(name: str, steps: int = 20) -> float:
         dbg = ndb.NeuralDbg(model, optimizer=opt, flush_every=10 * steps) if use else None
         if dbg is not None:
             dbg.__enter__()
-        with _SyncCounter() as mode:
+        with HostSyncCounter() as mode:
             for _ in range(steps):
                 opt.zero_grad()
                 loss = nn.functional.cross_entropy(model(x), y)

@@ -7,9 +7,9 @@ import pandas as pd
 import pytest
 import torch
 from torch import nn
-from torch.utils._python_dispatch import TorchDispatchMode
 
 import neuraldbg as ndb
+from neuraldbg.syncs import HostSyncCounter
 
 
 def tanh_mlp(depth: int = 5, width: int = 32, d_in: int = 16) -> nn.Sequential:
@@ -102,17 +102,6 @@ def test_per_step_scalars_match_an_independent_computation():
     assert (trace.stat("calls")["0"] == 2).all()
 
 
-class _CountScalarSyncs(TorchDispatchMode):
-    def __init__(self) -> None:
-        super().__init__()
-        self.count = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if func is torch.ops.aten._local_scalar_dense.default:
-            self.count += 1
-        return func(*args, **(kwargs or {}))
-
-
 @pytest.mark.parametrize("model_fn", [
     lambda: tanh_mlp(depth=3),
     lambda: nn.Sequential(nn.Conv2d(1, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.Flatten(),
@@ -125,7 +114,7 @@ def test_no_host_sync_inside_hooks_between_flushes(model_fn):
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     # Count syncs for the same loop with and without NeuralDbg: the difference is ours.
     def loop(dbg=None, n=10):
-        with _CountScalarSyncs() as mode:
+        with HostSyncCounter() as mode:
             for _ in range(n):
                 opt.zero_grad()
                 loss = model(x).pow(2).mean()
@@ -224,7 +213,7 @@ def test_tensor_learning_rate_adds_no_host_sync():
         dbg = ndb.NeuralDbg(model, optimizer=opt, flush_every=1000) if use else None
         if dbg is not None:
             dbg.__enter__()
-        with _CountScalarSyncs() as mode:
+        with HostSyncCounter() as mode:
             for _ in range(5):
                 opt.zero_grad()
                 loss = model(x).pow(2).mean()
