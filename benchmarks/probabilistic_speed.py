@@ -1,8 +1,9 @@
 """Explain time of the probabilistic reasoner on large synthetic traces.
 
-A synthetic trace of ``steps x modules`` (Linear/ReLU pairs, per-module statistics every
-step, gradients that start to explode at 60% of the run and turn non-finite later) is
-explained by the default probabilistic model, and by the heuristic reasoner beside it.
+The synthetic trace of :func:`benchmarks.reasoner_speed.synthetic_trace` (``steps x
+modules``: a dead layer from 30% of the run, exploding gradients from 60%, NaN from 90%) is
+explained by the default probabilistic model, and by the heuristic reasoner beside it on the
+same tables.
 Reported: seconds per explain for two sizes, the growth exponent between them, and the
 probabilistic/heuristic ratio. The acceptance target is < 5 s for 10,000 x 100 on the
 project's CPU; the time is a measurement, not something a test asserts.
@@ -20,62 +21,8 @@ import math
 import time
 from typing import Any
 
-import numpy as np
-import pandas as pd
 
-__all__ = ["synthetic_trace", "time_explain", "main"]
-
-
-def synthetic_trace(n_steps: int = 10_000, n_modules: int = 100, seed: int = 0) -> Any:
-    """A Trace of ``n_steps`` steps and ``n_modules`` modules, exploding from 60% of the run.
-
-    Parameters
-    ----------
-    n_steps, n_modules : int
-    seed : int
-
-    Returns
-    -------
-    neuraldbg.Trace
-    """
-    from neuraldbg.trace import Trace
-
-    rng = np.random.default_rng(seed)
-    names = [str(i) for i in range(n_modules)]
-    types = ["Linear" if i % 2 == 0 else "ReLU" for i in range(n_modules)]
-    modules = pd.DataFrame({
-        "module_name": names, "module_type": types, "order": np.arange(1, n_modules + 1),
-        "forward_order": np.arange(n_modules), "depth": 0, "parent": "",
-        "activation_family": ["linear" if t == "Linear" else "relu" for t in types],
-        "n_params": [1056 if t == "Linear" else 0 for t in types],
-        "n_trainable": [1056 if t == "Linear" else 0 for t in types]})
-    steps = np.arange(n_steps)
-    onset, nan_at = int(0.6 * n_steps), int(0.9 * n_steps)
-    growth = np.where(steps < onset, 0.0, (steps - onset) / max(1, nan_at - onset) * 6.0)
-    loss = 2.3 * np.exp(-steps / n_steps) + 0.05 * rng.standard_normal(n_steps) ** 2
-    loss = np.where(steps >= onset, loss * 10 ** (growth / 3), loss)
-    loss[steps >= nan_at] = np.nan
-    grad = 10 ** (-1 + growth + 0.1 * rng.standard_normal(n_steps))
-    grad[steps >= nan_at] = np.nan
-    step_frame = pd.DataFrame({
-        "step": steps, "loss": loss, "lr": 0.05, "grad_norm": grad, "param_norm": 30.0,
-        "update_norm": 0.05 * grad, "update_ratio": 0.05 * grad / 30.0, "recorded": True,
-        "complete": True})
-    n = n_steps * n_modules
-    step_col = np.repeat(steps, n_modules)
-    mod_idx = np.tile(np.arange(n_modules), n_steps)
-    depth_gain = 10 ** (-(n_modules - 1 - mod_idx) / n_modules)
-    g = np.repeat(grad, n_modules) * depth_gain * np.exp(0.1 * rng.standard_normal(n))
-    is_lin = (mod_idx % 2 == 0)
-    stats = pd.DataFrame({
-        "step": step_col, "module_name": np.array(names, dtype=object)[mod_idx], "calls": 1,
-        "act_mean": 0.1, "act_std": 1.0, "act_max_abs": 3.0 * np.exp(np.repeat(growth, n_modules)),
-        "act_frac_zero": np.where(is_lin, 0.0, 0.5), "act_frac_dead": np.where(is_lin, 0.0, 0.02),
-        "act_frac_saturated": 0.0, "act_nan": 0.0, "act_inf": 0.0, "out_grad_norm": g,
-        "param_grad_norm": np.where(is_lin, g, np.nan), "param_norm": np.where(is_lin, 5.0, np.nan),
-        "update_ratio": np.where(is_lin, 1e-3, np.nan)})
-    meta = {"config": {"lr": 0.05, "optimizer": "sgd", "architecture": "mlp"}, "seed": seed}
-    return Trace(steps=step_frame, stats=stats, modules=modules, meta=meta)
+__all__ = ["time_explain", "main"]
 
 
 def time_explain(method: Any, trace: Any, repeat: int = 3) -> float:
@@ -108,6 +55,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parser.parse_args(argv)
 
     import causal_models
+    from benchmarks.reasoner_speed import synthetic_trace
     from neuraldbg.methods import get_method
 
     model = causal_models.load_default_model()
