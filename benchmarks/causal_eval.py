@@ -17,7 +17,7 @@ Usage::
 
     python -m benchmarks.causal_eval [--fit-seeds 100 101] [--score-seeds 10 11]
         [--cf-seeds 10] [--severities all] [--families a b ...] [--workers 2]
-        [--runs-dir results/zoo_cache] [--out results/causal_eval]
+        [--runs-dir results/zoo_cache] [--out results/causal_eval] [--zoo-version HASH]
 """
 
 from __future__ import annotations
@@ -77,8 +77,8 @@ def _record(hyps: list[Any], truth: dict[str, Any], method: str, fold: str,
 def evaluate(*, fit_seeds: list[int], score_seeds: list[int], cf_seeds: list[int],
              severities: str = "all", families: list[str] | None = None, workers: int = 2,
              runs_dir: str | Path = _ROOT / "results" / "zoo_cache",
-             model_params: dict[str, Any] | None = None, verbose: bool = True
-             ) -> dict[str, Any]:
+             model_params: dict[str, Any] | None = None, verbose: bool = True,
+             zoo_version: str | None = None) -> dict[str, Any]:
     """Run the leave-one-family-out evaluation; return summary and per-run tables.
 
     Parameters
@@ -96,6 +96,10 @@ def evaluate(*, fit_seeds: list[int], score_seeds: list[int], cf_seeds: list[int
         Trace cache.
     model_params : dict, optional
         Hyperparameters of :class:`causal_models.ProbabilisticReasoner`.
+    zoo_version : str, optional
+        Reuse the runs cached under this zoo version (the hash of the zoo's and the
+        capture's sources, :func:`causal_models.fit_default.zoo_version`) instead of the
+        current sources' hash: for a capture change that does not alter what is recorded.
 
     Returns
     -------
@@ -104,7 +108,8 @@ def evaluate(*, fit_seeds: list[int], score_seeds: list[int], cf_seeds: list[int
         ``whatif_cases`` DataFrames, ``timing``.
     """
     from causal_models import ProbabilisticReasoner
-    from causal_models.fit_default import load_zoo_traces, run_zoo, zoo_run_specs, zoo_version
+    from causal_models.fit_default import load_zoo_traces, run_zoo, zoo_run_specs
+    from causal_models.fit_default import zoo_version as current_zoo_version
     from experiments import list_families
     from experiments.symptoms import health_report
     from neuraldbg.methods import get_method
@@ -119,7 +124,7 @@ def evaluate(*, fit_seeds: list[int], score_seeds: list[int], cf_seeds: list[int
     cf_specs = [s for s in zoo_run_specs(fams, cf_seeds, severities="default",
                                          counterfactuals=True) if s["knobs"]]
     t0 = time.perf_counter()
-    version = zoo_version()
+    version = zoo_version or current_zoo_version()
     fit_paths = run_zoo(fit_specs, runs_dir, workers=workers, version=version)
     score_paths = run_zoo(score_specs, runs_dir, workers=workers, version=version)
     cf_paths = run_zoo(cf_specs, runs_dir, workers=workers, version=version)
@@ -223,10 +228,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--runs-dir", default=str(_ROOT / "results" / "zoo_cache"))
     parser.add_argument("--out", default=str(_ROOT / "results" / "causal_eval"))
+    parser.add_argument("--zoo-version", default=None,
+                        help="reuse runs cached under this zoo version (default: current hash)")
     args = parser.parse_args(argv)
     res = evaluate(fit_seeds=args.fit_seeds, score_seeds=args.score_seeds,
                    cf_seeds=args.cf_seeds, severities=args.severities,
-                   families=args.families, workers=args.workers, runs_dir=args.runs_dir)
+                   families=args.families, workers=args.workers, runs_dir=args.runs_dir,
+                   zoo_version=args.zoo_version)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     res["records"].to_parquet(out / "records.parquet", index=False)

@@ -85,7 +85,7 @@ INIT_CONFIG_STATES: tuple[str, ...] = ("small", "default", "large", "unknown")
 INPUT_CONFIG_STATES: tuple[str, ...] = ("standardized", "raw", "unknown")
 ACTIVATION_STATES: tuple[str, ...] = ("relu", "leaky_relu", "gelu", "tanh", "sigmoid", "other")
 NORMALIZATION_STATES: tuple[str, ...] = ("none", "batch", "layer")
-CLIPPING_STATES: tuple[str, ...] = ("none", "clipped")
+CLIPPING_STATES: tuple[str, ...] = ("none", "peaks", "tight")
 DEPTH_STATES: tuple[str, ...] = ("shallow", "deep")
 ARCH_STATES: tuple[str, ...] = ("feedforward", "convolutional", "recurrent", "attention")
 
@@ -143,6 +143,12 @@ class Bins:
     grad_ratio_edges : tuple of float
         Decades of first over last weighted layer's early gradient norm:
         dead | vanishing | balanced | growing.
+    clip_engage : float
+        A recorded total gradient norm at or above this fraction of a clipping threshold
+        ``c`` counts as capped by it (a clipped run records its norms at ``c`` after the cap).
+    clip_tight : float
+        Share of steps capped from which clipping at ``c`` is ``tight`` (it rescales most
+        updates) rather than capping the ``peaks`` only; no step capped is ``none``.
     spike_factor : float
         Onset: a loss above this multiple of its early median.
     grad_spike : float
@@ -170,6 +176,8 @@ class Bins:
     progress_edges: tuple[float, float, float] = (0.5, 0.7, 1.05)
     spike_edges: tuple[float, float] = (1.0, 2.5)
     grad_ratio_edges: tuple[float, float, float] = (-10.0, -2.0, 1.5)
+    clip_engage: float = 0.99
+    clip_tight: float = 0.5
     spike_factor: float = 3.0
     grad_spike: float = 100.0
 

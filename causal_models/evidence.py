@@ -15,7 +15,8 @@ import numpy as np
 from causal_models.discretize import NORMALIZATION_STATES, Bins
 from neuraldbg.trace import Trace
 
-__all__ = ["observe_knobs", "rule_verdict", "RULE_HEALTHY", "RULE_NO_CAUSE"]
+__all__ = ["observe_knobs", "clip_share", "clipping_state", "rule_verdict", "RULE_HEALTHY",
+           "RULE_NO_CAUSE"]
 
 _ACT_TYPES = {
     "ReLU": "relu", "ReLU6": "relu", "ELU": "relu", "CELU": "relu", "SELU": "relu",
@@ -32,6 +33,46 @@ _WEIGHTED_TYPES = ("Linear", "Conv", "RNN", "GRU", "LSTM", "Embedding", "Bilinea
                    "MultiheadAttention")
 
 
+def clip_share(grad_norm: np.ndarray, clip: float, bins: Bins | None = None) -> float:
+    """Share of a run's steps whose total gradient norm clipping at ``clip`` caps.
+
+    Parameters
+    ----------
+    grad_norm : array
+        The run's recorded global gradient norm per step (``trace.steps["grad_norm"]``).
+        A run clipped at ``c`` records its norms after the cap, at ``c``: those count as
+        capped. A non-finite norm (the blow-up clipping would act on) counts as capped.
+    clip : float
+        The clipping threshold (a positive total norm).
+    bins : Bins, optional
+        ``clip_engage``: the fraction of ``clip`` from which a norm counts as capped.
+
+    Returns
+    -------
+    float
+        In [0, 1]; 0 when no step is recorded.
+    """
+    bins = bins or Bins()
+    g = np.asarray(grad_norm, dtype=float)
+    if not g.size:
+        return 0.0
+    capped = ~np.isfinite(g) | (g >= bins.clip_engage * float(clip))
+    return float(np.mean(capped))
+
+
+def clipping_state(share: float, bins: Bins | None = None) -> str:
+    """The ``clipping`` node's state for a clip that caps ``share`` of the steps.
+
+    ``none`` when it caps no step (clipping above every gradient norm of the run changes
+    nothing), ``peaks`` when it caps fewer than ``bins.clip_tight`` of them (the bursts
+    only), ``tight`` when it caps most (every update is rescaled to the threshold).
+    """
+    bins = bins or Bins()
+    if share <= 0.0:
+        return "none"
+    return "tight" if share >= bins.clip_tight else "peaks"
+
+
 def observe_knobs(trace: Trace, bins: Bins | None = None) -> dict[str, str]:
     """Observed knob and context states of a run, from its module table and config.
 
@@ -45,7 +86,8 @@ def observe_knobs(trace: Trace, bins: Bins | None = None) -> dict[str, str]:
     Returns
     -------
     dict
-        ``activation``, ``normalization``, ``clipping``, ``depth``, ``arch``,
+        ``activation``, ``normalization``, ``clipping`` (how much of the run the configured
+        ``grad_clip`` capped: :func:`clipping_state`), ``depth``, ``arch``,
         ``lr_config``, ``init_config``, ``input_config`` and ``lr_schedule`` (``spike``
         when the recorded learning rate jumps above ``lr_spike_factor`` x its median).
     """
@@ -65,7 +107,11 @@ def observe_knobs(trace: Trace, bins: Bins | None = None) -> dict[str, str]:
         norm_cfg = str(config.get("normalization") or "none").lower()
         normalization = norm_cfg if norm_cfg in NORMALIZATION_STATES else "none"
     clip = config.get("grad_clip")
-    clipping = "clipped" if isinstance(clip, (int, float)) and clip and clip > 0 else "none"
+    clipping = "none"
+    if isinstance(clip, (int, float)) and not isinstance(clip, bool) and clip > 0:
+        norms = trace.steps["grad_norm"].to_numpy(dtype=float) if "grad_norm" in trace.steps \
+            else np.zeros(0)
+        clipping = clipping_state(clip_share(norms, clip, bins), bins) if norms.size else "peaks"
     n_weighted = sum(any(t.startswith(w) for w in _WEIGHTED_TYPES) for t in types)
     recurrent_layers = int(config.get("num_layers", 1) or 1)
     depth = "deep" if n_weighted >= bins.deep_layers else "shallow"

@@ -15,7 +15,9 @@ root cause -> failure type):
    lies.
 2. **Action**: the knobs change. A multiplier moves a level by ``log10(k) / LEVEL_WIDTH``
    level steps (a fractional move splits the mass between the two nearest levels); an
-   activation, normalization or clipping setting replaces that node's state.
+   activation or normalization setting replaces that node's state; ``grad_clip=c`` sets
+   the clipping node from how many of the run's recorded gradient norms ``c`` would cap
+   (none: a clip above them all changes nothing; the peaks; or most steps).
 3. **Prediction**: with the same ``U``, a fault present in the run stays present with
    probability ``min(p, p') / p`` and an absent one appears with ``max(0, p' - p) / (1 - p)``,
    where ``p`` and ``p'`` are P(fault | parents) before and after the action; the root
@@ -247,6 +249,29 @@ def _cf_yes(factual: int, p: float, p_new: float) -> float:
     return max(0.0, p_new - p) / (1.0 - p)
 
 
+def _clipping_under(trace: Trace, clip: float, evidence: dict[str, str],
+                    reasoner: ProbabilisticReasoner) -> str:
+    """State of the ``clipping`` node had the run's total gradient norm been clipped at
+    ``clip``: compared with the run's recorded norms (:func:`causal_models.evidence.
+    clip_share`), a clip above every norm changes nothing, one that caps the bursts only
+    is ``peaks``, one that caps most steps ``tight``.
+
+    A run already clipped at ``c0`` recorded its norms after that cap: a looser ``clip``
+    cannot be judged from them, and keeps the run's observed clipping state.
+    """
+    from causal_models.evidence import clip_share, clipping_state
+
+    bins = reasoner.bins
+    configured = (trace.meta.get("config") or {}).get("grad_clip")
+    if isinstance(configured, (int, float)) and configured > 0 and clip > configured:
+        return evidence.get("clipping", "none")
+    norms = trace.steps["grad_norm"].to_numpy(dtype=float) if "grad_norm" in trace.steps \
+        else np.zeros(0)
+    if not norms.size:
+        return "peaks"
+    return clipping_state(clip_share(norms, clip, bins), bins)
+
+
 def what_if(reasoner: ProbabilisticReasoner, trace: Trace, **knobs: Any) -> Counterfactual:
     """P(failure) of this run had the knobs been different (abduction, action, prediction).
 
@@ -284,7 +309,7 @@ def what_if(reasoner: ProbabilisticReasoner, trace: Trace, **knobs: Any) -> Coun
     # to know which parents move.
     acted: dict[str, str] = {}
     if "grad_clip" in changes:
-        acted["clipping"] = "clipped"
+        acted["clipping"] = _clipping_under(trace, changes["grad_clip"], evidence, reasoner)
     if "activation" in changes:
         acted["activation"] = changes["activation"]
     if "normalization" in changes:

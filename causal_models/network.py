@@ -106,7 +106,8 @@ class ProbabilisticReasoner:
         Folds (grouped by family) of that cross-validation; None: one per family (the
         held-out predictions then come from models that miss one family, as in use).
     min_confidence : float, default=0.02
-        ``explain`` lists failure types with at least this posterior.
+        ``explain`` lists the most probable failure type and the others with at least this
+        posterior.
     rule_evidence : bool, default=True
         Observe the heuristic reasoner's verdict as evidence (``rule_failure``,
         ``rule_cause``), so the fitted tables learn how far to trust the rules.
@@ -334,7 +335,7 @@ class ProbabilisticReasoner:
         y = np.array([index[v] for v in data["failure_type"]])
         keep = target & (probs.sum(axis=1) > 0)
         probs, y = probs[keep], y[keep]
-        return fit_calibrator(self.calibration, probs, y)
+        return fit_calibrator(self.calibration, probs, y, healthy=index[HEALTHY])
 
     # -------------------------------------------------------------- inference
     def _check_fitted(self) -> None:
@@ -432,9 +433,11 @@ class ProbabilisticReasoner:
 
         One hypothesis per (failure type, root cause) pair worth naming, highest confidence
         first. ``confidence`` is the calibrated posterior of the failure type; the root
-        cause's conditional probability and the joint are in ``metadata``. Failure types are
-        listed with posterior >= ``min_confidence``; under each, the causes with conditional
-        probability >= 0.05 (at most three).
+        cause's conditional probability and the joint are in ``metadata``. The most probable
+        failure type is always listed (so a healthy verdict reads one minus its posterior,
+        the calibrated confidence of "healthy"), the others with posterior >=
+        ``min_confidence``; under each, the causes with conditional probability >= 0.05 (at
+        most three).
 
         Parameters
         ----------
@@ -455,8 +458,8 @@ class ProbabilisticReasoner:
         for i in np.argsort(-marginal, kind="stable"):
             ft = str(self.classes_[i])
             p_ft = min(1.0, max(0.0, float(marginal[i])))
-            if ft == HEALTHY or p_ft < self.min_confidence:
-                continue
+            if ft == HEALTHY or (hyps and p_ft < self.min_confidence):
+                continue  # the most probable failure type is always listed
             cond = joint[i] / p_ft
             layer, step, path = locate_origin(trace, disc, ft)
             ranked = [j for j in np.argsort(-cond, kind="stable")

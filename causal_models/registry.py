@@ -61,7 +61,8 @@ KNOB_NODES: dict[str, tuple[str, ...]] = {
     "input_level": ("ok", "large", "very_large"),
     "activation": ("relu", "leaky_relu", "gelu", "tanh", "sigmoid", "other"),
     "normalization": ("none", "batch", "layer"),
-    "clipping": ("none", "clipped"),
+    # how much of the run a gradient-norm clip caps: nothing, its peaks, most steps
+    "clipping": ("none", "peaks", "tight"),
 }
 #: Observed context nodes (architecture facts that no knob changes).
 CONTEXT_NODES: dict[str, tuple[str, ...]] = {
@@ -141,6 +142,12 @@ class RootCause:
         second state when the run's true root cause is this cause, else its first.
     description : str
         One line for reports.
+    signs : dict
+        Knob-evidence node (``fwd_gain``, ``update``, ``input_mag``, ...) -> weights over its
+        states, for evidence the fault produces itself: the fault node becomes a parent of
+        that node, so the evidence can be explained by the fault instead of by a knob level
+        (a residual stack without normalization grows the forward gain as a too-large init
+        does).
     """
 
     name: str
@@ -153,6 +160,7 @@ class RootCause:
     priority: float = 1.0
     label: Callable[[dict[str, Any]], dict[str, str]] | None = None
     description: str = ""
+    signs: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
 
     @property
     def fault_node(self) -> str:
@@ -239,6 +247,7 @@ def register_root_cause(
     traits: Mapping[str, tuple[str, ...]] | None = None, knob: str | None = None,
     family: str | None = None, priority: float = 1.0,
     label: Callable[[dict[str, Any]], dict[str, str]] | None = None, description: str = "",
+    signs: Mapping[str, Mapping[str, float]] | None = None,
 ) -> Callable[[Callable[..., float]], Callable[..., float]]:
     """Decorator registering a root cause; the decorated function is its rule.
 
@@ -253,8 +262,8 @@ def register_root_cause(
         Failure modes produced, with weights; each must be a registered failure mode.
     traits : dict, optional
         New latent trait nodes and their states.
-    knob, family, priority, label, description
-        See :class:`RootCause`.
+    knob, family, priority, label, description, signs
+        See :class:`RootCause` (``signs`` keys are checked when a network is built).
 
     Returns
     -------
@@ -285,7 +294,8 @@ def register_root_cause(
 
     def decorator(rule: Callable[..., float]) -> Callable[..., float]:
         _ROOT_CAUSES[name] = RootCause(name, rule, tuple(parents), dict(failure_types), traits,
-                                       knob, family, priority, label, description)
+                                       knob, family, priority, label, description,
+                                       {k: dict(v) for k, v in (signs or {}).items()})
         _sync_vocabulary()
         return rule
 
@@ -356,18 +366,25 @@ register_failure_mode("vanishing_gradients", description="gradients die out towa
 register_failure_mode("exploding_gradients", description="gradients grow by orders of magnitude",
                       signature={
     "loss.early": {"flat": 1.0, "decreasing": 0.5, "rising": 0.3},
-    "loss.late": {"rising": 1.0, "nonfinite": 1.0},
+    # the heuristic's impact term: a blow-up or a stall counts in full (sporadic bursts in a
+    # recurrence keep the loss from settling), a run that still learns at 0.4
+    "loss.late": {"rising": 1.0, "nonfinite": 1.0, "flat": 1.0, "decreasing": 0.4,
+                  "low": 0.4},
     "grad.early": {"healthy": 1.0, "exploding": 0.5},
-    "grad.late": {"exploding": 1.0, "nonfinite": 0.4},
-    "act.late": {"anomalous": 1.0, "normal": 0.3},
-    "progress": {"nonfinite": 1.0, "worse": 0.7, "none": 0.5},
-    "spikes": {"extreme": 1.0, "nonfinite": 1.0, "spiky": 0.7},
+    # sporadic bursts leave a slice's mean log-gradient healthy
+    "grad.late": {"exploding": 1.0, "nonfinite": 0.4, "healthy": 0.4},
+    "act.late": {"anomalous": 1.0, "normal": 0.5},
+    "progress": {"nonfinite": 1.0, "worse": 0.7, "none": 1.0, "partial": 0.4, "learned": 0.4},
+    "spikes": {"extreme": 1.0, "nonfinite": 1.0, "spiky": 1.0},
     "grad_ratio": {"balanced": 1.0, "growing": 1.0}})
 register_failure_mode("dead_neurons", description="rectifier units output zero for every input",
                       signature={
-    "loss": {"flat": 1.0}, "act": {"dead": 1.0, "normal": 0.3},
+    # the heuristic's impact term: dead units that stall the loss count in full, dead units
+    # the surviving ones learn around at 0.4
+    "loss": {"flat": 1.0, "decreasing": 0.4, "low": 0.4}, "act": {"dead": 1.0, "normal": 0.3},
     "grad.input": {"vanishing": 1.0, "healthy": 0.5},
-    "progress": {"none": 1.0, "partial": 0.5, "worse": 0.3}, "spikes": {"calm": 1.0, "spiky": 0.5},
+    "progress": {"none": 1.0, "partial": 0.4, "learned": 0.4, "worse": 0.3},
+    "spikes": {"calm": 1.0, "spiky": 0.5},
     "grad_ratio": {"dead": 1.0, "vanishing": 0.5, "balanced": 0.5}})
 register_failure_mode("saturated_activations", description="sigmoid/tanh units stuck in the tails",
                       signature={
@@ -385,7 +402,9 @@ register_failure_mode("loss_divergence", description="loss blows up or turns non
 register_failure_mode("training_plateau", description="loss does not move with healthy gradients",
                       signature={
     "loss": {"flat": 1.0, "decreasing": 0.1}, "grad": {"healthy": 1.0}, "act": {"normal": 1.0},
-    "progress": {"none": 1.0, "partial": 0.3}, "spikes": {"calm": 1.0},
+    # a stall *with healthy gradients* (the contract): gradient spikes contradict it
+    "progress": {"none": 1.0, "partial": 0.3},
+    "spikes": {"calm": 1.0, "spiky": 0.005, "extreme": 0.005, "nonfinite": 0.005},
     "grad_ratio": {"balanced": 1.0}})
 
 
@@ -401,10 +420,10 @@ def _levels(state: str, high: tuple[str, ...], p_high: float, p_other: float = 0
                      description="steps too large for the loss surface")
 def _lr_high(lr_level: str, clipping: str, normalization: str, lr_schedule: str) -> float:
     p = {"high": 0.9, "very_high": 0.97}.get(lr_level, 0.01)
-    if clipping == "clipped":
+    if clipping != "none":
         # clipping bounds the few huge steps of a rate spike; a rate that is too high at
-        # every step still moves too far
-        p *= 0.05 if lr_schedule == "spike" else 0.5
+        # every step still moves too far, less so when every update is capped
+        p *= 0.05 if lr_schedule == "spike" else (0.5 if clipping == "tight" else 0.8)
     return p if normalization == "none" else p * 0.3
 
 
@@ -472,12 +491,15 @@ def _unnormalized(input_level: str, normalization: str) -> float:
                      knob="normalization",
                      failure_types={"vanishing_gradients": 1.0, "exploding_gradients": 0.5,
                                     "training_plateau": 0.4},
+                     # a residual stream without normalization grows block by block
+                     signs={"fwd_gain": {"growing": 1.0, "stable": 0.5}},
                      description="a deep stack without normalization layers")
 def _missing_norm(normalization: str, depth: str, clipping: str) -> float:
     if normalization != "none":
         return 0.01
     p = 0.3 if depth == "deep" else 0.03
-    return p * 0.2 if clipping == "clipped" else p  # clipping caps the residual blow-up
+    # clipping caps the residual blow-up, the more the more steps it caps
+    return p * {"tight": 0.2, "peaks": 0.5}.get(clipping, 1.0)
 
 
 @register_root_cause("missing_gradient_clipping",

@@ -187,7 +187,8 @@ def build_structure(*, n_slices: int = 4, n_blocks: int = 3, prior_strength: flo
         Prior odds multiplier for a slice node taking its upstream neighbour block's state.
     rule_evidence : bool, default=True
         Add ``rule_failure`` (child of ``failure_type``) and ``rule_cause`` (child of
-        ``root_cause``): the heuristic reasoner's verdict as a noisy sensor of the truth.
+        ``root_cause`` and ``rule_failure``): the heuristic reasoner's verdict as a noisy
+        sensor of the truth.
     rule_trust : float, default=0.7
         Prior probability that the rules name the true failure type / cause.
 
@@ -216,9 +217,27 @@ def build_structure(*, n_slices: int = 4, n_blocks: int = 3, prior_strength: flo
             states[trait], parents[trait], roles[trait] = tuple(sts), (), "trait"
             rows[trait] = (lambda s=tuple(sts): _normalised({s[0]: 8.0}, s, 1.0))
     # Knob evidence.
+    for cause in causes:
+        unknown = sorted(set(cause.signs) - set(_KNOB_EVIDENCE))
+        if unknown:
+            raise ValueError(f"Root cause {cause.name!r} gives signs on {unknown}; valid "
+                             f"knob-evidence nodes are: {sorted(_KNOB_EVIDENCE)}.")
     for node, (parent, sts, table) in _KNOB_EVIDENCE.items():
-        states[node], parents[node], roles[node] = sts, (parent,), "knob_evidence"
-        rows[node] = (lambda t=table, s=sts, p=parent, **kw: _normalised(t[kw[p]], s, 0.05))
+        signs = {c.fault_node: c.signs[node] for c in causes if node in c.signs}
+        states[node], roles[node] = sts, "knob_evidence"
+        parents[node] = tuple(sorted((parent, *signs)))
+
+        def evidence_row(_t=table, _s=sts, _p=parent, _signs=signs, **kw: str) -> np.ndarray:
+            # the knob level's table, joined (state-wise max) with the signs of the faults
+            # present: either may produce the evidence
+            weights = dict(_t[kw[_p]])
+            for fault, sign in _signs.items():
+                if kw[fault] == "yes":
+                    weights = {x: max(weights.get(x, 0.0), sign.get(x, 0.0))
+                               for x in set(weights) | set(sign)}
+            return _normalised(weights, _s, 0.05)
+
+        rows[node] = evidence_row
     # Fault nodes: one per cause, the cause's rule as prior.
     for cause in causes:
         node = cause.fault_node
@@ -258,11 +277,24 @@ def build_structure(*, n_slices: int = 4, n_blocks: int = 3, prior_strength: flo
 
     # The rules' verdict: a sensor of the failure type and of the cause.
     if rule_evidence:
-        for node, parent, sts in (("rule_failure", "failure_type", ft_states),
-                                  ("rule_cause", "root_cause", rc_states)):
-            states[node], parents[node], roles[node] = sts, (parent,), "rule_evidence"
-            rows[node] = (lambda _s=sts, _p=parent, **kw: np.array(
-                [rule_trust if x == kw[_p] else (1 - rule_trust) / (len(_s) - 1) for x in _s]))
+        states["rule_failure"], parents["rule_failure"] = ft_states, ("failure_type",)
+        roles["rule_failure"] = "rule_evidence"
+        rows["rule_failure"] = (lambda **kw: np.array(
+            [rule_trust if x == kw["failure_type"] else (1 - rule_trust) / (len(ft_states) - 1)
+             for x in ft_states]))
+        # The rules' cause comes with their failure verdict: a "healthy" verdict names no
+        # cause, so the one observation is not counted twice (once per node).
+        states["rule_cause"], parents["rule_cause"] = rc_states, ("root_cause", "rule_failure")
+        roles["rule_cause"] = "rule_evidence"
+
+        def rule_cause_row(root_cause: str, rule_failure: str) -> np.ndarray:
+            if rule_failure == HEALTHY:
+                return np.array([1.0 if x == NO_CAUSE else 1e-3 for x in rc_states])
+            named = [x for x in rc_states if x != NO_CAUSE]
+            return np.array([0.0 if x == NO_CAUSE else rule_trust if x == root_cause
+                             else (1 - rule_trust) / (len(named) - 1) for x in rc_states]) + 1e-3
+
+        rows["rule_cause"] = rule_cause_row
 
     # Run-level evidence on the failure.
     by_mode = {m.name: m for m in modes}

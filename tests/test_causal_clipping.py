@@ -1,0 +1,63 @@
+"""``grad_clip=c``: the value of ``c`` matters, judged against the run's gradient norms.
+
+A clip far above every gradient norm of a run caps nothing and changes nothing; one that
+caps the bursts only, or most steps, is a different intervention. The observed clipping of a
+run is read the same way from its (post-clip) recorded norms.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import causal_models
+from causal_models.evidence import clip_share, clipping_state, observe_knobs
+
+experiments = pytest.importorskip("experiments")
+symptoms = pytest.importorskip("experiments.symptoms")
+
+
+def test_clip_share_and_state_compare_the_threshold_with_the_norms() -> None:
+    norms = np.array([0.5] * 8 + [5.0, np.nan])
+    assert clip_share(norms, 100.0) == pytest.approx(0.1)  # only the non-finite step
+    assert clip_share(norms[:9], 100.0) == 0.0
+    assert clip_share(norms, 1.0) == pytest.approx(0.2)  # the burst and the NaN
+    assert clip_share(norms, 0.4) == pytest.approx(1.0)
+    # a clipped run records its norms at the threshold: they count as capped
+    assert clip_share(np.array([0.4999997, 0.3]), 0.5) == pytest.approx(0.5)
+    assert clip_share(np.zeros(0), 1.0) == 0.0
+    assert [clipping_state(s) for s in (0.0, 0.01, 0.49, 0.5, 1.0)] == [
+        "none", "peaks", "peaks", "tight", "tight"]
+
+
+@pytest.fixture(scope="module")
+def rnn_run():
+    """A recurrent net without clipping whose gradient bursts wreck training (seed 0)."""
+    return experiments.run_scenario("rnn_no_clip", seed=0)
+
+
+def test_observed_clipping_reads_the_configured_value_against_the_run(rnn_run) -> None:
+    assert observe_knobs(rnn_run)["clipping"] == "none"
+    tight = experiments.run_scenario("rnn_no_clip", seed=0, grad_clip=0.5)
+    assert observe_knobs(tight)["clipping"] == "tight"
+    loose = experiments.run_scenario("rnn_no_clip", seed=0, grad_clip=1e4)
+    assert observe_knobs(loose)["clipping"] == "none"  # configured, but it never capped
+    # ... and really changed nothing: the same losses as the unclipped run
+    np.testing.assert_allclose(loose.steps["loss"].to_numpy(), rnn_run.steps["loss"].to_numpy())
+
+
+def test_what_if_clip_value_is_compared_with_the_recorded_norms(rnn_run) -> None:
+    model = causal_models.load_default_model()
+    as_is = model.what_if(rnn_run)
+    loose = model.what_if(rnn_run, grad_clip=1e4)
+    tight = model.what_if(rnn_run, grad_clip=0.5)
+    assert loose.metadata["action"]["clipping"] == "none"
+    assert tight.metadata["action"]["clipping"] == "tight"
+    assert loose.p_failure == pytest.approx(as_is.p_failure, abs=1e-9)
+    assert as_is.p_failure > 0.5
+    assert tight.p_failure < 0.5 < loose.p_failure
+    # against really re-running the seed with each clip
+    for cf, clip in ((loose, 1e4), (tight, 0.5)):
+        rerun = experiments.run_scenario("rnn_no_clip", seed=0, grad_clip=clip)
+        failed = not symptoms.health_report(rerun)["healthy"]
+        assert (cf.p_failure >= 0.5) == failed, (clip, cf.p_failure)
