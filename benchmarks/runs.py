@@ -23,7 +23,10 @@ from neuraldbg.trace import Trace, load_trace
 __all__ = ["RunSpec", "zoo_fingerprint", "run_path", "is_finished", "execute_run",
            "run_outcome", "truncate_trace"]
 
-_FINGERPRINT_SOURCES = ("experiments", "neuraldbg/capture.py", "neuraldbg/trace.py")
+_FINGERPRINT_SOURCES = ("experiments", "neuraldbg/capture.py", "neuraldbg/trace.py",
+                        "neuraldbg/statistics.py", "neuraldbg/activation_batch.py",
+                        "neuraldbg/param_norms.py", "neuraldbg/module_table.py",
+                        "neuraldbg/host_values.py")
 
 
 @dataclass(frozen=True, slots=True)

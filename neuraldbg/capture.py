@@ -1,11 +1,15 @@
 """Capture: hooks on leaf modules write compact statistics into a device buffer.
 
-The hot path never synchronises the host. A forward hook computes a few 0-dim tensors
-(:func:`neuraldbg.statistics.activation_sums`) and a tensor hook on the output the norm of
-its gradient; they are queued for the step and, when :meth:`Recorder.step` closes it, added
-into a preallocated buffer on the model's device in one ``index_add_``. The buffer is copied
-to the host once per flush (``flush_every`` steps). A hook never keeps a live activation,
-never changes an output or a gradient, and never branches on a tensor value.
+The hot path never synchronises the host. A forward hook takes each unit's largest |x| and
+a strided sample of the output into a per-step device buffer
+(:class:`neuraldbg.activation_batch.ActivationBatch`), and a tensor hook on the output the
+norm of its gradient; when :meth:`Recorder.step` closes the step, every call's sample is
+reduced at once and added into preallocated buffers on the model's device with
+``index_add_``. Parameter-side norms go into a per-step device buffer too
+(:class:`neuraldbg.param_norms.ParamMeter`). The buffers are copied to the host once per
+flush (``flush_every`` steps). No activation outlives its step; a hook never changes an
+output or a gradient, and never branches on a tensor value. Between recorded steps
+(``every > 1``) the forward hooks are removed, so the modules run on PyTorch's fast path.
 
 Per step (every step, cheap): loss, learning rate, global gradient norm. On recorded steps
 (every ``every`` steps, and every step for a window after a loss spike or a non-finite
@@ -21,8 +25,8 @@ import sys
 import time
 import warnings
 from collections.abc import Mapping
-from functools import partial
 from dataclasses import dataclass, fields
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -31,16 +35,12 @@ import pandas as pd
 import torch
 from torch import nn
 
+from neuraldbg.activation_batch import ActivationBatch
 from neuraldbg.errors import CaptureError, NeuralDbgWarning
+from neuraldbg.host_values import LossProbe, read_lr
 from neuraldbg.module_table import leaf_modules, module_table, parameter_owners
-from neuraldbg.statistics import (
-    ACT_SUMS,
-    DEN,
-    activation_sums,
-    count_thresholds,
-    finish_module_stats,
-    is_channel_first,
-)
+from neuraldbg.param_norms import ParamMeter
+from neuraldbg.statistics import ACT_SUMS, DEN, finish_module_stats, is_channel_first
 from neuraldbg.trace import (
     SCHEMA_VERSION,
     STAT_COLUMNS,
@@ -54,7 +54,6 @@ from neuraldbg.trace import (
 __all__ = ["Recorder", "CaptureConfig"]
 
 _N_ACT = len(ACT_SUMS)
-_PARAM = ("param_grad_sq", "param_sq", "update_sq")  # per-module parameter sums
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,10 +81,10 @@ class CaptureConfig:
         A GELU/SiLU output in [-smooth_tail, 0] lies on the flat negative tail.
     sample_size : int
         Shares, mean, std and NaN/Inf counts of an output larger than this are computed on a
-        strided sample of the batch of about this many elements (counts scaled up; a share
-        then has a standard error below 0.8 points); max |x| and dead units always use the
-        whole output. Comparisons cost ~2 ns an element on the CPU, so sampling is what keeps
-        ``every=1`` affordable.
+        strided sample of about this many of its elements (counts scaled up; a share then
+        has a standard error below 0.8 points); max |x| and dead units always use the whole
+        output. Likewise the update ``||dW||`` of a parameter tensor larger than this is
+        measured on a strided sample of its elements (:mod:`neuraldbg.param_norms`).
     """
 
     every: int = 1
@@ -111,41 +110,6 @@ def _first_float_tensor(obj: Any) -> torch.Tensor | None:
             if found is not None:
                 return found
     return None
-
-
-def _read_lr(optimizer: torch.optim.Optimizer) -> float | torch.Tensor:
-    """Learning rate of the first param group; a tensor lr is copied, read at the flush."""
-    lr = optimizer.param_groups[0].get("lr", float("nan"))
-    return lr.detach().clone() if isinstance(lr, torch.Tensor) else float(lr)
-
-
-class _LossProbe:
-    """Host value of the loss for the spike/NaN trigger, without a device sync.
-
-    On the CPU the tensor's memory is read directly (``Tensor.numpy()``, no aten op). On an
-    accelerator the loss is copied without blocking into pinned host memory and read one
-    step later, once its CUDA event has completed; until then the trigger waits.
-    """
-
-    def __init__(self, device: torch.device) -> None:
-        self._cuda = device.type == "cuda"
-        self._host = torch.empty((), pin_memory=True) if self._cuda else None
-        self._event: Any = None
-
-    def read(self, loss: torch.Tensor) -> float | None:
-        """The newest loss value available on the host (this step's on the CPU)."""
-        if loss.device.type == "cpu":
-            return float(loss.numpy().reshape(-1)[0])
-        if not self._cuda or self._host is None:
-            return None
-        value = None
-        if self._event is not None and self._event.query():
-            value = float(self._host.numpy())
-        if self._event is None or value is not None:
-            self._host.copy_(loss, non_blocking=True)
-            self._event = torch.cuda.Event()
-            self._event.record()
-        return value
 
 
 class Recorder:
@@ -222,11 +186,13 @@ class Recorder:
         self.ground_truth = ground_truth
         self.overwrite = overwrite
         self._handles: list[Any] = []
+        self._forward_handles: list[Any] = []  # only while a recorded step may run
         self._active = False
         self._status = "not started"
         self._build_tables()
         self._step = 0
-        self._chunks: list[tuple[pd.DataFrame, pd.DataFrame]] = []
+        # finished chunks in memory: numpy columns of steps and stats (frames built on read)
+        self._chunks: list[tuple[dict[str, np.ndarray], dict[str, np.ndarray]]] = []
         self._writer: TraceWriter | None = None
         self._trace_cache: Trace | None = None
 
@@ -238,28 +204,29 @@ class Recorder:
         self._modules = module_table(self.model)
         self._index = {id(mod): i for i, (_, mod) in enumerate(leaves)}
         self._families = self._modules["activation_family"].tolist()
-        self._channel_first = [is_channel_first(m) for _, m in leaves]
         self._forward_seen: dict[int, int] = {}
         # Every trainable parameter counts in the global norms; one owned directly by a leaf
         # also counts for that leaf (index len(leaves) is the bucket of container-owned ones).
         params, owner = parameter_owners(self.model, self._index, len(leaves))
-        self._params = params
         first = next(self.model.parameters(), None)
         self._device = first.device if first is not None else torch.device("cpu")
         dev, n_mod, cap = self._device, len(leaves), self.cfg.flush_every
-        self._owner = owner
         self._index_cache: dict[tuple[int, ...], torch.Tensor] = {}
         self._has_params = self._modules["n_trainable"].to_numpy() > 0
+        self._complement = self._modules["activation_family"].to_numpy() == "smooth"
+        cfg = self.cfg
+        self._batch = ActivationBatch(
+            self._families, [is_channel_first(m) for _, m in leaves], dev,
+            sample_size=cfg.sample_size,
+            margins={"sigmoid_margin": cfg.sigmoid_margin, "tanh_margin": cfg.tanh_margin,
+                     "softmax_margin": cfg.softmax_margin, "smooth_tail": cfg.smooth_tail})
+        self._meter = ParamMeter(params, owner, n_mod + 1, cap, dev,
+                                 sample_size=cfg.sample_size)
         # Device buffers, one row per step slot (+1 module row: the container bucket).
         self._act = torch.zeros(cap, n_mod + 1, _N_ACT, dtype=torch.float32, device=dev)
         self._max = torch.zeros(cap, n_mod + 1, dtype=torch.float32, device=dev)
         self._grad = torch.zeros(cap, n_mod + 1, dtype=torch.float32, device=dev)
-        self._par = torch.zeros(cap, n_mod + 1, len(_PARAM), dtype=torch.float32, device=dev)
         self._den = np.zeros((cap, n_mod + 1, len(DEN)))
-        self._nan = torch.full((), float("nan"), device=dev)
-        self._margins = (self.cfg.sigmoid_margin, self.cfg.softmax_margin, self.cfg.smooth_tail)
-        self._thresholds = [count_thresholds(f, self.cfg.tanh_margin, dev) for f in self._families]
-        self._snapshot: list[torch.Tensor] | None = None
 
     def _device_index(self, idx: list[int] | tuple[int, ...]) -> torch.Tensor:
         """A cached device tensor of module indices (no host-to-device copy per step)."""
@@ -283,8 +250,7 @@ class Recorder:
             self._writer.write_modules(self._modules)
             self._writer.write_meta(self._meta())
         try:
-            for _, mod in self._leaves:
-                self._handles.append(mod.register_forward_hook(self._forward_hook))
+            self._attach_forward_hooks()
             if self.optimizer is not None:
                 self._handles.append(self.optimizer.register_step_pre_hook(self._pre_step_hook))
                 self._handles.append(self.optimizer.register_step_post_hook(self._post_step_hook))
@@ -306,14 +272,24 @@ class Recorder:
                 self._error = f"{exc_type.__name__}: {exc}"
             self.flush(final=True)
 
+    def _attach_forward_hooks(self) -> None:
+        self._forward_handles = [mod.register_forward_hook(self._forward_hook)
+                                 for _, mod in self._leaves]
+
+    def _detach_forward_hooks(self) -> None:
+        for handle in self._forward_handles:
+            handle.remove()
+        self._forward_handles = []
+
     def _remove_hooks(self) -> None:
         errors = []
-        for handle in self._handles:
+        for handle in (*self._forward_handles, *self._handles):
             try:
                 handle.remove()
             except Exception as exc:  # keep removing the others
                 errors.append(exc)
         self._handles.clear()
+        self._forward_handles = []
         if errors:
             warnings.warn(f"{len(errors)} hook(s) could not be removed: {errors[0]!r}",
                           NeuralDbgWarning, stacklevel=3)
@@ -322,10 +298,10 @@ class Recorder:
         self._slot = 0                 # buffer row of the current step
         self._slot_steps: list[int] = []
         self._slot_lr: list[float | torch.Tensor] = []
-        self._loss_probe = _LossProbe(self._device)
+        self._slot_loss: list[float | torch.Tensor] = []  # host value, or the device tensor
+        self._loss_probe = LossProbe(self._device)
         self._slot_recorded: list[bool] = []
         self._slot_complete: list[bool] = []
-        self._slot_scalars: list[list[torch.Tensor]] = []  # loss, grad, param, update norms
         self._recording = True         # step 0 is always recorded
         self._dense_until = -1
         self._loss_ema: float | None = None
@@ -337,15 +313,10 @@ class Recorder:
         self._dirty = False
         self._opt_stepped = False
         self._lr: float | torch.Tensor = float("nan")
-        self._act_idx: list[int] = []
-        self._act_vals: list[torch.Tensor] = []
-        self._act_max: list[torch.Tensor] = []
-        self._act_den: list[tuple[float, ...]] = []
-        self._par_queue: list[tuple[int, torch.Tensor, torch.Tensor]] = []
+        self._loss: float | torch.Tensor = float("nan")
+        self._batch.reset()
         self._grad_idx: list[int] = []
         self._grad_vals: list[torch.Tensor] = []
-        nan = self._nan
-        self._scalars = [nan, nan, nan, nan]
 
     # ------------------------------------------------------------------ hooks
     def _forward_hook(self, module: nn.Module, inputs: Any, output: Any) -> None:
@@ -358,16 +329,8 @@ class Recorder:
         if idx not in self._forward_seen:
             self._forward_seen[idx] = len(self._forward_seen)
         self._dirty = True
-        xd = x.detach()  # no graph is built from here on, so no no_grad() context is needed
-        if xd.dtype != torch.float32:
-            xd = xd.float()
-        sums, max_abs, den = activation_sums(
-            xd, self._families[idx], self._channel_first[idx], self._thresholds[idx],
-            sample_size=self.cfg.sample_size, margins=self._margins)
-        self._act_idx.append(idx)
-        self._act_vals.append(sums)
-        self._act_max.append(max_abs)
-        self._act_den.append(den)
+        # detached: no graph is built from here on, so no no_grad() context is needed
+        self._batch.add(idx, x.detach())
         if x.requires_grad:
             x.register_hook(partial(self._grad_hook, idx))
 
@@ -375,46 +338,14 @@ class Recorder:
         self._grad_vals.append(torch.linalg.vector_norm(grad.detach(), dtype=torch.float32))
         self._grad_idx.append(idx)
 
-    def _measure_params(self, *, before_update: bool) -> None:
-        """Gradient norms (every step); parameter norms and update norms (recorded steps)."""
-        if not self._params:
-            return
-        rec = self._recording
-        with torch.no_grad():
-            if before_update:
-                present = [i for i, p in enumerate(self._params) if p.grad is not None]
-                if present:
-                    norms = torch.stack(torch._foreach_norm([self._params[i].grad
-                                                             for i in present]))
-                    self._scalars[1] = torch.linalg.vector_norm(norms)
-                    if rec:
-                        owner = self._device_index([self._owner[i] for i in present])
-                        self._par_queue.append((0, owner, norms))
-                if not rec:
-                    return  # parameter and update norms need a pass over (and a copy of) W
-                norms = torch.stack(torch._foreach_norm(self._params))
-                self._scalars[2] = torch.linalg.vector_norm(norms)
-                self._par_queue.append((1, self._device_index(self._owner), norms))
-                if self.optimizer is not None:
-                    weights = [p.detach() for p in self._params]
-                    if self._snapshot is None:
-                        self._snapshot = [w.clone() for w in weights]
-                    else:
-                        torch._foreach_copy_(self._snapshot, weights)
-            elif rec and self._snapshot is not None:
-                diff = torch._foreach_sub([p.detach() for p in self._params], self._snapshot)
-                norms = torch.stack(torch._foreach_norm(diff))
-                self._scalars[3] = torch.linalg.vector_norm(norms)
-                self._par_queue.append((2, self._device_index(self._owner), norms))
-
     def _pre_step_hook(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        self._lr = _read_lr(optimizer)
-        self._measure_params(before_update=True)
+        self._lr = read_lr(optimizer)
+        self._meter.before_update(self._slot, recorded=self._recording, snapshot=True)
         self._opt_stepped = True
         self._dirty = True
 
     def _post_step_hook(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        self._measure_params(before_update=False)
+        self._meter.after_update(self._slot)
 
     # ------------------------------------------------------------- step/flush
     @property
@@ -446,9 +377,10 @@ class Recorder:
             )
         if not self._opt_stepped:
             if self.optimizer is None:
-                self._measure_params(before_update=True)
+                self._meter.before_update(self._slot, recorded=self._recording,
+                                          snapshot=False)
             else:
-                self._lr = _read_lr(self.optimizer)
+                self._lr = read_lr(self.optimizer)
         host_loss: float | None = None
         if isinstance(loss, torch.Tensor):
             if loss.numel() != 1:
@@ -459,11 +391,12 @@ class Recorder:
             lt = loss.detach().reshape(())
             if lt.dtype != torch.float32 or lt.device != self._device:
                 lt = lt.to(self._device, torch.float32)
-            self._scalars[0] = lt
             host_loss = self._loss_probe.read(lt)
+            # on the CPU the value was read without a sync: nothing to keep on the device
+            self._loss = host_loss if lt.device.type == "cpu" and host_loss is not None else lt
         elif loss is not None:
             host_loss = float(loss)
-            self._scalars[0] = torch.full((), host_loss, device=self._device)
+            self._loss = host_loss
         self._close_slot(complete=True)
         self._step += 1
         self._update_sampling(host_loss)
@@ -473,9 +406,9 @@ class Recorder:
     def _close_slot(self, *, complete: bool) -> None:
         """Add the step's queued statistics into its buffer row and move to the next row."""
         slot = self._slot
-        if self._act_idx or self._grad_idx or self._par_queue:
+        if len(self._batch) or self._grad_idx:
             self._add_queued(slot)
-        self._slot_scalars.append(self._scalars)
+        self._slot_loss.append(self._loss)
         self._slot_steps.append(self._step)
         self._slot_lr.append(self._lr)
         self._slot_recorded.append(self._recording)
@@ -490,20 +423,11 @@ class Recorder:
         Hooks only queue; rows are written here, when the step closes, so reading the trace
         in the middle of a step (which flushes) never splits a step across rows.
         """
-        if self._act_idx:
-            np.add.at(self._den[slot, :, :5], self._act_idx, np.asarray(self._act_den))
+        self._batch.close(self._act[slot], self._max[slot], self._den[slot])
         if self._grad_idx:
-            np.add.at(self._den[slot, :, 5], self._grad_idx, 1.0)
-        with torch.no_grad():
-            for kind, owner, norms in self._par_queue:
-                self._par[slot, :, kind].index_add_(0, owner, norms.square())
-            if self._act_idx:
-                idx = self._device_index(self._act_idx)
-                vals = torch.stack(self._act_vals)
-                vals[:, 1].square_()  # norms -> sums of squares, which add across calls
-                self._act[slot].index_add_(0, idx, vals)
-                self._max[slot].scatter_reduce_(0, idx, torch.stack(self._act_max), "amax")
-            if self._grad_idx:
+            self._den[slot, :, DEN.index("grads")] += np.bincount(
+                self._grad_idx, minlength=self._den.shape[1])
+            with torch.no_grad():
                 self._grad[slot].index_add_(0, self._device_index(self._grad_idx),
                                             torch.stack(self._grad_vals).square())
 
@@ -519,6 +443,10 @@ class Recorder:
                 self._loss_ema = (host_loss if self._loss_ema is None
                                   else 0.9 * self._loss_ema + 0.1 * host_loss)
         self._recording = (self._step % cfg.every == 0) or self._step <= self._dense_until
+        # Between recorded steps the modules run without forward hooks (PyTorch's fast call
+        # path): the hooks come back for the next recorded step.
+        if self._recording != bool(self._forward_handles):
+            (self._attach_forward_hooks if self._recording else self._detach_forward_hooks)()
 
     def flush(self, *, final: bool = False) -> None:
         """Copy the buffer to the host and append a chunk (written to disk when streaming).
@@ -532,7 +460,8 @@ class Recorder:
         if n:
             steps, stats = self._drain(n)
             if self._writer is not None:
-                self._writer.write_chunk(steps, stats)
+                self._writer.write_chunk(pd.DataFrame(steps, columns=list(STEP_COLUMNS)),
+                                         pd.DataFrame(stats, columns=list(STAT_COLUMNS)))
             else:
                 self._chunks.append((steps, stats))
             self._slot = 0
@@ -541,47 +470,49 @@ class Recorder:
             self._writer.write_meta(self._meta())
         self._trace_cache = None
 
-    def _drain(self, n: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+    def _drain(self, n: int) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
         n_mod = len(self._leaves)
+        totals, par = self._meter.drain(n)
         with torch.no_grad():
-            scalars = torch.stack([torch.stack(s) for s in self._slot_scalars[:n]])
             # copy=True: on the CPU .cpu() would alias the buffers zeroed just below.
-            host = [t.to("cpu", torch.float64, copy=True).numpy()
-                    for t in (scalars, self._act[:n], self._max[:n], self._grad[:n],
-                              self._par[:n])]
-            for buf in (self._act, self._max, self._grad, self._par):
+            act, mx, grad = [t.to("cpu", torch.float64, copy=True).numpy()
+                             for t in (self._act[:n], self._max[:n], self._grad[:n])]
+            for buf in (self._act, self._max, self._grad):
                 buf[:n].zero_()
-        scal, act, mx, grad, par = host
+            losses = self._slot_loss[:n]
+            on_device = [i for i, v in enumerate(losses) if isinstance(v, torch.Tensor)]
+            loss = np.asarray([float("nan") if isinstance(v, torch.Tensor) else v
+                               for v in losses], dtype=np.float64)
+            if on_device:
+                loss[on_device] = torch.stack([losses[i] for i in on_device]).to(
+                    "cpu", torch.float64).numpy()
         den = self._den[:n].copy()
         self._den[:n] = 0.0
         steps_arr = np.asarray(self._slot_steps[:n], dtype=np.int64)
         recorded = np.asarray(self._slot_recorded[:n], dtype=bool)
         with np.errstate(divide="ignore", invalid="ignore"):
-            update_ratio = scal[:, 3] / scal[:, 2]
-        steps = pd.DataFrame({
+            update_ratio = totals[:, 2] / totals[:, 1]
+        steps = {
             "step": steps_arr,
-            "loss": scal[:, 0],
+            "loss": loss,
             "lr": np.asarray([float(v) for v in self._slot_lr[:n]], dtype=np.float64),
-            "grad_norm": scal[:, 1],
-            "param_norm": scal[:, 2],
-            "update_norm": scal[:, 3],
+            "grad_norm": totals[:, 0],
+            "param_norm": totals[:, 1],
+            "update_norm": totals[:, 2],
             "update_ratio": update_ratio,
             "recorded": recorded,
             "complete": np.asarray(self._slot_complete[:n], dtype=bool),
-        }, columns=list(STEP_COLUMNS))
+        }
         for lst in (self._slot_steps, self._slot_lr, self._slot_recorded, self._slot_complete,
-                    self._slot_scalars):
+                    self._slot_loss):
             del lst[:n]
         rec = np.flatnonzero(recorded)
         names = np.asarray([name for name, _ in self._leaves], dtype=object)
-        par_rec = par[rec, :n_mod]
-        if self.optimizer is None:
-            par_rec[..., 2] = np.nan
         stats = finish_module_stats(
             steps_arr[rec], names, act[rec, :n_mod], mx[rec, :n_mod], den[rec, :n_mod],
-            grad[rec, :n_mod], par_rec, self._has_params,
+            grad[rec, :n_mod], par[rec, :n_mod], self._has_params, self._complement,
         )
-        return steps, stats[list(STAT_COLUMNS)]
+        return steps, stats
 
     # ------------------------------------------------------------------ trace
     def _modules_table(self) -> pd.DataFrame:
@@ -625,13 +556,15 @@ class Recorder:
         if self._writer is not None:
             trace = load_trace(self._writer.root)
         else:
-            steps = [c[0] for c in self._chunks]
-            stats = [c[1] for c in self._chunks]
+            def frame(part: int, columns: dict[str, str]) -> pd.DataFrame:
+                if not self._chunks:
+                    return pd.DataFrame(columns=list(columns))
+                return pd.DataFrame({c: np.concatenate([ch[part][c] for ch in self._chunks])
+                                     for c in columns}, columns=list(columns))
+
             trace = Trace(
-                steps=(pd.concat(steps, ignore_index=True) if steps
-                       else pd.DataFrame(columns=list(STEP_COLUMNS))),
-                stats=(pd.concat(stats, ignore_index=True) if stats
-                       else pd.DataFrame(columns=list(STAT_COLUMNS))),
+                steps=frame(0, STEP_COLUMNS),
+                stats=frame(1, STAT_COLUMNS),
                 modules=self._modules_table(),
                 meta={"format": TRACE_FORMAT, "schema_version": SCHEMA_VERSION, **self._meta()},
             )

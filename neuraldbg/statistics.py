@@ -1,6 +1,9 @@
-"""Per-output statistics computed inside the forward hook, and their host-side finishing.
+"""Per-output statistics: what the hooks measure, how a step reduces them, and the finishing.
 
-The hook computes a handful of 0-dim tensors (sums and counts) with no host sync; the
+A forward hook keeps two things of an output, with no host sync: the largest |x| of each unit
+over the batch (dead units, max |x|) and a strided sample of at most ``sample_size``
+elements, copied into a per-step device buffer (:mod:`neuraldbg.activation_batch`). When the
+step closes, :func:`sample_sums` reduces the samples of every call at once; the
 denominators (element, unit and row counts) are known from shapes on the host. At flush,
 :func:`finish_module_stats` turns the accumulated sums into the columns of ``trace.stats``.
 
@@ -11,11 +14,11 @@ never "saturated" by a fixed |x| cut (a defect of the NeuralDBG prototype).
 
 from __future__ import annotations
 
+import math
 from functools import lru_cache
 from typing import Literal
 
 import numpy as np
-import pandas as pd
 import torch
 from torch import nn
 
@@ -24,8 +27,11 @@ __all__ = [
     "ActivationFamily",
     "activation_family",
     "is_channel_first",
-    "activation_sums",
-    "count_thresholds",
+    "unit_dims",
+    "sample_stride",
+    "condition_table",
+    "sample_sums",
+    "CONDITIONS",
     "ACT_SUMS",
     "DEN",
     "finish_module_stats",
@@ -52,10 +58,11 @@ ACTIVATION_FAMILIES: dict[str, ActivationFamily] = {
 _CHANNEL_FIRST = ("Conv", "BatchNorm", "InstanceNorm", "GroupNorm", "MaxPool", "AvgPool",
                   "AdaptiveAvgPool", "AdaptiveMaxPool", "Dropout2d", "Dropout3d")
 
-#: Sums accumulated per (step, module) on the device, in this order. The four counts come
-#: from one broadcast comparison of |x| against :func:`count_thresholds`: elements that are
-#: not NaN, not zero, infinite, and (tanh) saturated.
-ACT_SUMS = ("sum", "norm", "dead", "saturated", "valid", "nonzero", "inf", "saturated_abs")
+#: Conditions counted on each activation sample, as ``|x - c| > t`` (:func:`condition_table`).
+CONDITIONS = ("valid", "nonzero", "inf", "saturated")
+#: Sums accumulated per (step, module) on the device, in buffer column order: the first six
+#: from :func:`sample_sums` over the sampled output, ``dead`` from the whole output.
+ACT_SUMS = ("sum", "sq", *CONDITIONS, "dead")
 #: Host-side denominators per (step, module): calls, sampled elements, all elements,
 #: units, saturation denominator (elements, or rows for softmax), output gradients seen.
 DEN = ("calls", "n_sample", "n_total", "n_units", "n_sat", "grads")
@@ -79,97 +86,76 @@ def is_channel_first(module: nn.Module) -> bool:
 
 
 @lru_cache(maxsize=64)
-def _other_dims(ndim: int, channel_first: bool) -> tuple[int, ...]:
+def unit_dims(ndim: int, channel_first: bool) -> tuple[int, ...]:
     """Dims reduced to get one value per unit (all but the unit dim)."""
     unit_dim = 1 if channel_first or ndim >= 4 else ndim - 1
     return tuple(d for d in range(ndim) if d != unit_dim)
 
 
-@lru_cache(maxsize=8)
-def _zero(device: torch.device) -> torch.Tensor:
-    """A cached 0 (no fill kernel per hook call for families without a saturation count)."""
-    return torch.zeros((), dtype=torch.long, device=device)
+@lru_cache(maxsize=256)
+def sample_stride(numel: int, per_sample: int, sample_size: int) -> int:
+    """Element stride that samples at most ``sample_size`` of ``numel`` elements evenly.
+
+    The stride is the smallest at least ``ceil(numel / sample_size)`` that is coprime with
+    the elements per sample, so the sampled positions walk through every feature (or channel
+    and pixel) rather than hitting the same few in each sample.
+    """
+    k = max(1, -(-numel // sample_size))
+    while per_sample > 1 and math.gcd(k, per_sample) != 1:
+        k += 1
+    return k
 
 
-def count_thresholds(family: str, tanh_margin: float, device: torch.device) -> torch.Tensor:
-    """Thresholds t for the counts ``|x| > t``: not NaN, non-zero, infinite, tanh-saturated."""
+def condition_table(family: str, *, sigmoid_margin: float, tanh_margin: float,
+                    smooth_tail: float) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """Centres c and thresholds t of the :data:`CONDITIONS` counted as ``|x - c| > t``.
+
+    Not NaN (t = -1), non-zero (t = 0), infinite (t = the largest float) and the family's
+    saturation: tanh |x| > 1 - margin, sigmoid |x - 0.5| > 0.5 - margin. For GELU/SiLU the
+    count is the complement, |x + tail/2| > tail/2 (off the flat tail [-tail, 0]), turned
+    into the saturated count by :func:`finish_module_stats`. Other families (and softmax,
+    judged per row in the hook) count nothing (t = inf).
+    """
     big = float(torch.finfo(torch.float32).max)
-    sat = 1.0 - tanh_margin if family == "tanh" else float("inf")
-    return torch.tensor([[-1.0], [0.0], [big], [sat]], dtype=torch.float32, device=device)
+    c_sat, t_sat = 0.0, math.inf
+    if family == "tanh":
+        t_sat = 1.0 - tanh_margin
+    elif family == "sigmoid":
+        c_sat, t_sat = 0.5, 0.5 - sigmoid_margin
+    elif family == "smooth":
+        # |x + tail/2| <= tail/2 is the closed interval [-tail, 0]: widen by a hair so both
+        # ends (GELU's -0.0 included) stay inside.
+        c_sat, t_sat = -smooth_tail / 2, (smooth_tail / 2) * (1 + 1e-6)
+    return (0.0, 0.0, 0.0, c_sat), (-1.0, 0.0, big, t_sat)
 
 
-def activation_sums(
-    x: torch.Tensor,
-    family: str,
-    channel_first: bool,
-    thresholds: torch.Tensor,
-    *,
-    sample_size: int,
-    margins: tuple[float, float, float],
-) -> tuple[torch.Tensor, torch.Tensor, tuple[float, float, float, float, float]]:
-    """Sums and counts of one module output, with no host synchronisation.
-
-    About a dozen tensor operations: on a small CPU model the dispatch of each costs more
-    than its arithmetic, so the counts share one broadcast comparison.
+def sample_sums(samples: torch.Tensor, centres: torch.Tensor, thresholds: torch.Tensor,
+                *, scratch: torch.Tensor | None = None) -> torch.Tensor:
+    """Sums and counts of a step's activation samples, all calls at once, no host sync.
 
     Parameters
     ----------
-    x : torch.Tensor
-        The (detached, float32) output.
-    family : str
-        Activation family of the producing module.
-    channel_first : bool
-        Units along dim 1 (convolutions, batch norm) rather than the last dim; outputs with
-        four or more dims always have their units along dim 1.
-    thresholds : torch.Tensor
-        From :func:`count_thresholds` for this family.
-    sample_size : int
-        Moments, shares and NaN/Inf counts of a larger output are computed on a strided
-        sample of the batch of about this many elements (comparisons over booleans cost ~10x
-        a float reduction on the CPU). Max |x| and dead units always use the whole output.
-    margins : tuple of float
-        Saturation margins (sigmoid, softmax, smooth tail); tanh's is in ``thresholds``.
+    samples : torch.Tensor
+        ``(n_calls, width)`` float32, one sampled output per row, padded with NaN.
+    centres, thresholds : torch.Tensor
+        ``(n_calls, len(CONDITIONS), 1)`` from :func:`condition_table`.
+    scratch : torch.Tensor, optional
+        ``(n_calls, len(CONDITIONS), width)`` float32 work space, so that no large
+        temporary is allocated per step (on the CPU each one costs page faults).
 
     Returns
     -------
-    sums : torch.Tensor
-        Shape (8,), in :data:`ACT_SUMS` order (``norm`` is squared when queued).
-    max_abs : 0-dim tensor
-        Largest |x| (NaN when a NaN is present).
-    den : tuple of float
-        Denominators in :data:`DEN` order, without the gradient count.
+    torch.Tensor
+        ``(n_calls, 6)``: sum, sum of squares (NaN elements left out), then the
+        :data:`CONDITIONS` counts. Counts are float arithmetic (``sign(relu(|x - c| - t))``
+        summed, NaN skipped): on the CPU a comparison into booleans and their sum cost
+        ~10x as much.
     """
-    a = x.abs()
-    if x.dim() >= 2:
-        # Units: channels of feature maps (any 4-D/5-D output, e.g. a ReLU after a Conv2d,
-        # and the outputs of channel-first modules), else features along the last dim.
-        unit_max = a.amax(dim=_other_dims(x.dim(), channel_first))
-    else:
-        unit_max = a.reshape(-1)
-    dead = (unit_max == 0).sum()
-    max_abs = unit_max.amax()
-    xs, as_ = x, a
-    if x.dim() >= 1 and x.shape[0] > 1 and x.numel() > sample_size:
-        keep = max(1, sample_size // max(x.numel() // x.shape[0], 1))
-        stride = -(-x.shape[0] // keep)
-        xs, as_ = x[::stride], a[::stride]
-    n_s = xs.numel()
-    n_sat = float(n_s)
-    sig_m, soft_m, tail = margins
-    if family == "sigmoid":
-        sat = ((xs - 0.5).abs() > 0.5 - sig_m).sum()
-    elif family == "softmax":
-        rows = xs.amax(dim=-1)
-        sat = (rows > 1.0 - soft_m).sum()
-        n_sat = float(rows.numel())
-    elif family == "smooth":
-        sat = ((xs <= 0) & (xs >= -tail)).sum()
-    else:
-        sat = _zero(x.device)
-    counts = (as_.reshape(1, -1) > thresholds).sum(dim=1)
-    head = torch.stack([xs.sum(), torch.linalg.vector_norm(xs), dead, sat])  # promotes to float
-    den = (1.0, float(n_s), float(x.numel()), float(unit_max.numel()), n_sat)
-    return torch.cat([head, counts]), max_abs, den
+    work = torch.sub(samples.unsqueeze(1), centres, out=scratch)
+    counts = work.abs_().sub_(thresholds).relu_().sign_().nansum(-1)
+    squares = torch.square(samples, out=work[:, 0])
+    return torch.cat([samples.nansum(1, keepdim=True), squares.nansum(1, keepdim=True),
+                      counts], 1)
 
 
 def finish_module_stats(
@@ -181,44 +167,52 @@ def finish_module_stats(
     grad_sq: np.ndarray,
     param_sq: np.ndarray,
     has_params: np.ndarray,
-) -> pd.DataFrame:
-    """Turn accumulated sums of recorded steps into ``trace.stats`` rows.
+    complement: np.ndarray,
+) -> dict[str, np.ndarray]:
+    """Turn accumulated sums of recorded steps into the columns of ``trace.stats`` rows.
 
-    Arrays are ``(n_steps, n_modules, ...)``: ``sums`` in :data:`ACT_SUMS` order (with the
-    norm squared), ``den`` in :data:`DEN` order, ``grad_sq`` the squared output-gradient
-    norm, ``param_sq`` squared norms of parameter gradients, parameters and updates. A row is kept where the
-    module was called or owns trainable parameters.
+    Arrays are ``(n_steps, n_modules, ...)``: ``sums`` in :data:`ACT_SUMS` order, ``den`` in
+    :data:`DEN` order, ``grad_sq`` the squared output-gradient norm, ``param_sq`` squared
+    norms of parameter gradients, parameters and updates. ``complement`` marks the modules
+    (GELU/SiLU) whose saturation count is the complement of the counted condition. A row is
+    kept where the module was called or owns trainable parameters. Plain numpy columns: a
+    DataFrame is built only when the trace is read or written.
     """
     calls = den[..., 0]
     keep = (calls > 0) | has_params[None, :]
     ri, mi = np.nonzero(keep)
     s, d = sums[ri, mi], den[ri, mi]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        n_s, n_tot = d[:, 1], d[:, 2]
-        mean = s[:, 0] / n_s
-        var = np.maximum(s[:, 1] / n_s - mean**2, 0.0)
-        scale = n_tot / n_s
-        valid, nonzero, inf = s[:, 4], s[:, 5], s[:, 6]
-        p = param_sq[ri, mi]
-        pnorm = np.sqrt(p[:, 1])
-        upd = np.sqrt(p[:, 2]) / pnorm
+    col = {name: s[:, i] for i, name in enumerate(ACT_SUMS)}
+    valid = col["valid"]
     called = calls[ri, mi] > 0
     no_params = ~has_params[mi]
     nan_if = lambda cond, v: np.where(cond, np.nan, v)  # noqa: E731
-    return pd.DataFrame({
+    with np.errstate(divide="ignore", invalid="ignore"):
+        n_s, n_tot = d[:, 1], d[:, 2]
+        mean = col["sum"] / valid  # NaN elements are left out of the moments, and counted
+        var = np.maximum(col["sq"] / valid - mean**2, 0.0)
+        scale = n_tot / n_s
+        sat = np.where(complement[mi], valid - col["saturated"], col["saturated"])
+        p = param_sq[ri, mi]
+        pnorm = np.sqrt(p[:, 1])
+        upd = np.sqrt(p[:, 2]) / pnorm
+        frac_zero = (valid - col["nonzero"]) / n_s
+        frac_dead = col["dead"] / d[:, 3]
+        frac_sat = sat / d[:, 4]
+    return {
         "step": steps[ri],
         "module_name": names[mi],
         "calls": calls[ri, mi].astype(np.int64),
         "act_mean": nan_if(~called, mean),
         "act_std": nan_if(~called, np.sqrt(var)),
         "act_max_abs": nan_if(~called, maxes[ri, mi]),
-        "act_frac_zero": nan_if(~called, (valid - nonzero) / n_s),
-        "act_frac_dead": nan_if(~called, s[:, 2] / d[:, 3]),
-        "act_frac_saturated": nan_if(~called, (s[:, 3] + s[:, 7]) / d[:, 4]),
+        "act_frac_zero": nan_if(~called, frac_zero),
+        "act_frac_dead": nan_if(~called, frac_dead),
+        "act_frac_saturated": nan_if(~called, frac_sat),
         "act_nan": np.nan_to_num(np.rint((n_s - valid) * scale)).astype(np.int64),
-        "act_inf": np.nan_to_num(np.rint(inf * scale)).astype(np.int64),
+        "act_inf": np.nan_to_num(np.rint(col["inf"] * scale)).astype(np.int64),
         "out_grad_norm": nan_if(d[:, 5] == 0, np.sqrt(grad_sq[ri, mi])),
         "param_grad_norm": nan_if(no_params, np.sqrt(p[:, 0])),
         "param_norm": nan_if(no_params, pnorm),
         "update_ratio": nan_if(no_params, upd),
-    })
+    }

@@ -50,7 +50,8 @@ STEP_COLUMNS: dict[str, str] = {
     "param_norm": "global L2 norm of all trainable parameters before the optimizer step "
     "(recorded steps only, NaN otherwise: it needs a pass over every weight)",
     "update_norm": "global L2 norm of the optimizer's change to the parameters, ||dW|| "
-    "(recorded steps only: it needs a copy of the weights)",
+    "(recorded steps only; a parameter tensor larger than CaptureConfig.sample_size is "
+    "measured on a fixed strided sample of its elements and scaled up)",
     "update_ratio": "update_norm / param_norm",
     "recorded": "True when per-module statistics were recorded at this step",
     "complete": "False for a step interrupted before ``dbg.step`` (an exception, a crash)",
@@ -61,7 +62,8 @@ STAT_COLUMNS: dict[str, str] = {
     "step": "training step",
     "module_name": "qualified name as ``model.named_modules()`` spells it",
     "calls": "forward calls of the module in this step (2 for shared weights used twice)",
-    "act_mean": "mean of the module output (averaged over calls)",
+    "act_mean": "mean of the module output (averaged over calls; NaN elements left out, "
+    "they are counted in act_nan)",
     "act_std": "standard deviation of the module output",
     "act_max_abs": "largest |x| of the output",
     "act_frac_zero": "share of output elements exactly zero",

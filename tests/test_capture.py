@@ -226,3 +226,96 @@ def test_tensor_learning_rate_adds_no_host_sync():
         counts.append(mode.count)
     assert counts[1] == counts[0]
     np.testing.assert_allclose(dbg.trace.steps["lr"], 1e-3, rtol=1e-6)
+
+
+def test_sampled_statistics_of_large_outputs_match_the_whole_output():
+    """Outputs above sample_size are measured on a strided sample; shares stay close."""
+    torch.manual_seed(5)
+    model = nn.Sequential(nn.Linear(64, 512), nn.ReLU(), nn.Linear(512, 512), nn.Tanh(),
+                          nn.Linear(512, 1))
+    with torch.no_grad():
+        model[2].weight.mul_(8.0)  # a partly saturated tanh
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    x = torch.randn(256, 64)
+    expected = []
+    with ndb.NeuralDbg(model, optimizer=opt) as dbg:
+        for _ in range(3):
+            opt.zero_grad()
+            with torch.no_grad():
+                h = model[1](model[0](x))
+                t = model[3](model[2](h))
+                expected.append(((h == 0).float().mean().item(),
+                                 (t.abs() > 0.99).float().mean().item(),
+                                 h.mean().item(), h.std().item()))
+            loss = model(x).pow(2).mean()
+            loss.backward()
+            before = [p.detach().clone() for p in model.parameters()]
+            opt.step()
+            exact_update = torch.cat([(p.detach() - b).flatten() for p, b in
+                                      zip(model.parameters(), before)]).norm().item()
+            expected[-1] += (exact_update,)
+            dbg.step(loss)
+    trace = dbg.trace
+    assert (128 * 512) > dbg.cfg.sample_size  # the outputs really are sampled
+    zero = trace.stat("act_frac_zero")["1"].to_numpy()
+    sat = trace.stat("act_frac_saturated")["3"].to_numpy()
+    mean = trace.stat("act_mean")["1"].to_numpy()
+    std = trace.stat("act_std")["1"].to_numpy()
+    for i, (z, s, m, sd, upd) in enumerate(expected):
+        assert abs(zero[i] - z) < 0.03, (zero[i], z)
+        assert abs(sat[i] - s) < 0.03 and 0.05 < s < 0.95, (sat[i], s)
+        assert abs(mean[i] - m) < 0.05 * abs(m) + 0.02 and abs(std[i] - sd) < 0.05 * sd
+        # the 512x512 weight's update is estimated from a sample: within a few percent
+        np.testing.assert_allclose(trace.steps["update_norm"].iloc[i], upd, rtol=0.05)
+
+
+def test_sample_stride_walks_through_every_feature():
+    from neuraldbg.statistics import sample_stride
+
+    for numel, per_sample in [(128 * 256, 256), (64 * 16 * 26 * 26, 16 * 26 * 26), (10**6, 1000)]:
+        k = sample_stride(numel, per_sample, 4096)
+        assert len(range(0, numel, k)) <= 4096
+        hit = {i % per_sample for i in range(0, numel, k)}
+        # positions cover the features evenly (all of them when the sample is large enough)
+        assert len(hit) >= min(per_sample, len(range(0, numel, k))) * 0.99
+
+
+def test_a_smaller_batch_later_is_not_mixed_with_the_earlier_sample():
+    model = nn.Sequential(nn.Linear(8, 64), nn.ReLU())
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)
+    expected = []
+    with ndb.NeuralDbg(model, optimizer=opt) as dbg:
+        for batch in (64, 3, 64, 1):
+            x = torch.randn(batch, 8)
+            with torch.no_grad():
+                h = model(x)
+                expected.append(((h == 0).float().mean().item(), h.mean().item()))
+            opt.zero_grad()
+            loss = model(x).sum()
+            loss.backward()
+            opt.step()
+            dbg.step(loss)
+    s = dbg.trace.stats.set_index(["step", "module_name"])
+    for step, (zero, mean) in enumerate(expected):
+        assert s.loc[(step, "1"), "act_frac_zero"] == pytest.approx(zero, abs=1e-6)
+        assert s.loc[(step, "1"), "act_mean"] == pytest.approx(mean, rel=1e-5)
+        assert s.loc[(step, "1"), "act_nan"] == 0
+
+
+def test_forward_hooks_are_off_between_recorded_steps():
+    model = tanh_mlp(depth=2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.randn(16, 16), torch.randn(16, 1)
+    hooked = []
+    with ndb.NeuralDbg(model, optimizer=opt, every=4) as dbg:
+        for _ in range(9):
+            hooked.append(len(model[0]._forward_hooks))
+            opt.zero_grad()
+            loss = ((model(x) - y) ** 2).mean()
+            loss.backward()
+            opt.step()
+            dbg.step(loss)
+    assert hooked == [1, 0, 0, 0, 1, 0, 0, 0, 1]
+    assert sorted(dbg.trace.stats["step"].unique()) == [0, 4, 8]
+    assert dbg.trace.steps["grad_norm"].notna().all()  # still measured at every step
+    assert len(model[0]._forward_hooks) == 0

@@ -223,3 +223,12 @@ def test_sigkill_mid_run_leaves_flushed_steps(tmp_path):
     assert trace.steps["step"].tolist() == list(range(300))  # 6 chunks of 50, all flushed
     assert set(trace.stats["step"]) == set(range(300))
     assert not list(Path(out).rglob(".*tmp*"))
+
+
+def test_bfloat16_loss_and_outputs():
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1)).to(torch.bfloat16)
+    x = torch.randn(16, 4, dtype=torch.bfloat16)
+    trace = run_steps(model, steps=3, x=x).trace
+    assert np.isfinite(trace.steps["loss"]).all() and np.isfinite(trace.steps["grad_norm"]).all()
+    s = trace.stats.set_index(["step", "module_name"])
+    assert 0 <= s.loc[(2, "1"), "act_frac_zero"] <= 1

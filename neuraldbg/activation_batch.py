@@ -1,0 +1,209 @@
+"""One recorded step's activation statistics: gathered by forward hooks, reduced at once.
+
+On a small model the cost of a hook is the number of tensor operations it dispatches, not
+their arithmetic (a few microseconds each on the CPU). A hook therefore does three: the
+largest |x| of each unit over the batch, and a strided sample of the output copied into a
+row of a preallocated device buffer. When the step closes, :meth:`ActivationBatch.close`
+reduces every call's sample in one pass (:func:`~neuraldbg.statistics.sample_sums`) and
+adds the results into the capture's buffer rows with ``index_add_``, about fifteen
+operations per step whatever the number of modules.
+
+The buffer holds samples only until the step closes; no activation outlives its step, and
+nothing is read on the host.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from neuraldbg.statistics import (
+    CONDITIONS,
+    DEN,
+    condition_table,
+    sample_stride,
+    sample_sums,
+    unit_dims,
+)
+
+__all__ = ["ActivationBatch"]
+
+_SAT = 2 + CONDITIONS.index("saturated")  # column of the saturated count in sample_sums
+_DEAD = 2 + len(CONDITIONS)               # column of the dead-unit count in the act buffer
+_LARGE = 1 << 16  # outputs above this many elements avoid a full-size |x| temporary
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """Index tensors and tables for one pattern of calls (cached: patterns repeat)."""
+
+    call_index: torch.Tensor   # (n_calls,) module row of each call
+    unit_index: torch.Tensor   # (n_units,) module row of each unit of every call
+    centres: torch.Tensor      # (n_calls, n_conditions, 1)
+    thresholds: torch.Tensor   # (n_calls, n_conditions, 1)
+    den: np.ndarray            # (n_modules + 1, 5) the step's DEN sums, without "grads"
+
+
+def _unit_max(x: torch.Tensor, channel_first: bool) -> torch.Tensor:
+    """Largest |x| of each unit over the batch (NaN where a NaN is present)."""
+    if x.dim() < 2:
+        return x.abs().reshape(-1)
+    dims = unit_dims(x.dim(), channel_first)
+    if x.numel() <= _LARGE:
+        return x.abs().amax(dim=dims)
+    # A large output: no |x| temporary of its size; inner (contiguous) dims reduce first.
+    inner = tuple(d for d in dims if d > 1) if dims[0] == 0 and 1 not in dims else ()
+    if inner:
+        hi, lo = x.amax(dim=inner), x.amin(dim=inner)
+        return torch.maximum(hi, lo.neg_()).amax(dim=0)
+    return torch.maximum(x.amax(dim=dims), x.amin(dim=dims).neg_())
+
+
+class ActivationBatch:
+    """Per-step collector of activation statistics for the capture's forward hooks.
+
+    Parameters
+    ----------
+    families : list of str
+        Activation family of each monitored module (its row in the buffers).
+    channel_first : list of bool
+        Whether each module's units lie along dim 1.
+    device : torch.device
+        Where the model (and the buffers) live.
+    sample_size : int
+        Elements sampled per output.
+    margins : dict of str to float
+        ``sigmoid_margin``, ``tanh_margin``, ``softmax_margin``, ``smooth_tail``.
+    """
+
+    def __init__(self, families: list[str], channel_first: list[bool], device: torch.device,
+                 *, sample_size: int, margins: dict[str, float]) -> None:
+        self._families = families
+        self._channel_first = channel_first
+        self._device = device
+        self._size = sample_size
+        self._softmax_cut = 1.0 - margins["softmax_margin"]
+        self._conditions = [condition_table(
+            f, sigmoid_margin=margins["sigmoid_margin"], tanh_margin=margins["tanh_margin"],
+            smooth_tail=margins["smooth_tail"]) for f in families]
+        self._buf = torch.full((max(len(families), 1), sample_size), math.nan,
+                               dtype=torch.float32, device=device)
+        self._scratch = torch.empty((*self._buf.shape[:1], len(CONDITIONS), sample_size),
+                                    dtype=torch.float32, device=device)
+        self._filled = [0] * self._buf.shape[0]  # sampled length last written in each row
+        self._plans: dict[tuple[Any, ...], _Plan] = {}
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget the step's calls (the buffer rows are simply overwritten next step)."""
+        self.calls: list[int] = []
+        self._units: list[torch.Tensor] = []
+        self._den: list[tuple[int, int, int, int, int]] = []
+        self._softmax: list[tuple[int, torch.Tensor]] = []
+
+    def __len__(self) -> int:
+        return len(self.calls)
+
+    # ------------------------------------------------------------------ hook side
+    def add(self, idx: int, x: torch.Tensor) -> None:
+        """Measure one call of module ``idx`` with (detached, floating) output ``x``."""
+        row = len(self.calls)
+        if row >= self._buf.shape[0]:
+            self._grow(rows=2 * self._buf.shape[0])
+        cf = self._channel_first[idx]
+        units = _unit_max(x, cf)
+        if units.dtype != torch.float32:
+            units = units.float()
+        numel = x.numel()
+        per_sample = numel // x.shape[0] if x.dim() >= 1 and x.shape[0] else numel
+        if x.is_contiguous():
+            sample = x.reshape(-1)  # a view
+            if numel > self._size:
+                sample = sample[::sample_stride(numel, per_sample, self._size)]
+        else:  # whole samples of the batch, so no copy of the full output is made
+            keep = max(1, self._size // max(per_sample, 1))
+            sample = x[::-(-x.shape[0] // keep)] if x.dim() >= 1 else x
+        n_s = sample.numel()
+        if n_s > self._buf.shape[1]:
+            self._grow(width=n_s)
+        dst = self._buf[row, :n_s]
+        dst.copy_(sample) if sample.dim() == 1 else dst.view(sample.shape).copy_(sample)
+        if self._filled[row] > n_s:
+            self._buf[row, n_s:self._filled[row]].fill_(math.nan)
+        self._filled[row] = n_s
+        n_sat = n_s
+        if self._families[idx] == "softmax" and x.dim() >= 1:
+            # one-hot rows: judged per row of the last dim, on whole rows of a batch sample
+            keep = max(1, self._size // max(x.shape[-1], 1))
+            rows = x.reshape(-1, x.shape[-1]) if x.dim() >= 2 else x.reshape(1, -1)
+            rows = rows[::-(-rows.shape[0] // keep)]
+            self._softmax.append((idx, (rows.amax(dim=-1) > self._softmax_cut).sum()))
+            n_sat = rows.shape[0]
+        self.calls.append(idx)
+        self._units.append(units)
+        self._den.append((1, n_s, numel, units.numel(), n_sat))
+
+    def _grow(self, *, rows: int | None = None, width: int | None = None) -> None:
+        old = self._buf
+        r, w = rows or old.shape[0], width or old.shape[1]
+        self._buf = torch.full((r, w), math.nan, dtype=torch.float32, device=self._device)
+        self._buf[:old.shape[0], :old.shape[1]].copy_(old)
+        self._scratch = torch.empty((r, len(CONDITIONS), w), dtype=torch.float32,
+                                    device=self._device)
+        self._filled += [0] * (r - len(self._filled))
+
+    # ------------------------------------------------------------------ step close
+    def _plan(self) -> _Plan:
+        key = (tuple(self.calls), tuple(self._den))
+        plan = self._plans.get(key)
+        if plan is None:
+            dev = self._device
+            unit_rows = np.repeat(self.calls, [d[3] for d in self._den])
+            den = np.zeros((len(self._families) + 1, len(DEN) - 1))
+            np.add.at(den, self.calls, np.asarray(self._den, dtype=np.float64))
+            cond = [self._conditions[i] for i in self.calls]
+            plan = _Plan(
+                call_index=torch.tensor(self.calls, dtype=torch.long, device=dev),
+                unit_index=torch.as_tensor(unit_rows, dtype=torch.long, device=dev),
+                centres=torch.tensor([c for c, _ in cond], dtype=torch.float32,
+                                     device=dev).unsqueeze(-1),
+                thresholds=torch.tensor([t for _, t in cond], dtype=torch.float32,
+                                        device=dev).unsqueeze(-1),
+                den=den)
+            if len(self._plans) < 1024:
+                self._plans[key] = plan
+        return plan
+
+    def close(self, act: torch.Tensor, max_abs: torch.Tensor, den: np.ndarray) -> None:
+        """Add the step's statistics into one step's buffer rows, then reset.
+
+        Parameters
+        ----------
+        act : torch.Tensor
+            ``(n_modules + 1, len(ACT_SUMS))`` sums of the step (device).
+        max_abs : torch.Tensor
+            ``(n_modules + 1,)`` running max |x| of the step (device).
+        den : numpy.ndarray
+            ``(n_modules + 1, len(DEN))`` host denominators of the step.
+        """
+        n = len(self.calls)
+        if not n:
+            return
+        plan = self._plan()
+        with torch.no_grad():
+            sums = sample_sums(self._buf[:n], plan.centres, plan.thresholds,
+                               scratch=self._scratch[:n])
+            act[:, :_DEAD].index_add_(0, plan.call_index, sums)
+            units = torch.cat(self._units) if n > 1 else self._units[0]
+            act[:, _DEAD].index_add_(0, plan.unit_index, (units == 0).to(torch.float32))
+            max_abs.scatter_reduce_(0, plan.unit_index, units, "amax")
+            if self._softmax:
+                idx = torch.tensor([i for i, _ in self._softmax], device=self._device)
+                act[:, _SAT].index_add_(0, idx, torch.stack([c for _, c in self._softmax])
+                                        .to(torch.float32))
+        den[:, :len(DEN) - 1] += plan.den
+        self.reset()

@@ -1,0 +1,49 @@
+"""Values the capture reads on the host each step without synchronising the device.
+
+The learning rate comes from the optimizer's param groups (a tensor learning rate is copied
+and read at the flush); the loss value that drives the dense-recording trigger is read from
+shared memory on the CPU and through a pinned buffer and an event on an accelerator.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+__all__ = ["LossProbe", "read_lr"]
+
+
+def read_lr(optimizer: torch.optim.Optimizer) -> float | torch.Tensor:
+    """Learning rate of the first param group; a tensor lr is copied, read at the flush."""
+    lr = optimizer.param_groups[0].get("lr", float("nan"))
+    return lr.detach().clone() if isinstance(lr, torch.Tensor) else float(lr)
+
+
+class LossProbe:
+    """Host value of the loss for the spike/NaN trigger, without a device sync.
+
+    On the CPU the tensor's memory is read directly (``Tensor.numpy()``, no aten op). On an
+    accelerator the loss is copied without blocking into pinned host memory and read one
+    step later, once its CUDA event has completed; until then the trigger waits.
+    """
+
+    def __init__(self, device: torch.device) -> None:
+        self._cuda = device.type == "cuda"
+        self._host = torch.empty((), pin_memory=True) if self._cuda else None
+        self._event: Any = None
+
+    def read(self, loss: torch.Tensor) -> float | None:
+        """The newest loss value available on the host (this step's on the CPU)."""
+        if loss.device.type == "cpu":
+            return float(loss.numpy().reshape(-1)[0])
+        if not self._cuda or self._host is None:
+            return None
+        value = None
+        if self._event is not None and self._event.query():
+            value = float(self._host.numpy())
+        if self._event is None or value is not None:
+            self._host.copy_(loss, non_blocking=True)
+            self._event = torch.cuda.Event()
+            self._event.record()
+        return value
