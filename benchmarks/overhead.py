@@ -1,17 +1,25 @@
 """Capture overhead: step time with NeuralDbg / without, interleaved in one process.
 
-Run ``python -m benchmarks.overhead`` (``make overhead``). For each model and each ``every``,
-rounds of ``--steps`` training steps alternate between the bare loop and the loop under
-``NeuralDbg`` (including its flushes); the ratio of the median round times is reported, so
-machine load that comes and goes hits both sides alike: the reported ratio is the median of
-the per-pair ratios, with its interquartile range. Also reported: host syncs
-(``aten._local_scalar_dense``) added per step, and resident-memory growth per 1,000 steps
-while streaming a trace to disk.
+Run ``python -m benchmarks.overhead`` (``make overhead``). Two interleavings, side by side:
+
+- **rounds**: for each model and each ``every``, rounds of ``--steps`` training steps
+  alternate between the bare loop and the loop under ``NeuralDbg`` (entering, leaving and
+  flushing included); the reported ratio is the median of the per-pair ratios, with its
+  interquartile range, so machine load that comes and goes hits both sides of a pair.
+- **steps**: two identical models, one bare and one under ``NeuralDbg``, take alternate
+  training steps, each timed on its own; the ratio of the trimmed means (slowest 10% of
+  steps left out on each side) is reported. Interleaving at the step level makes the figure
+  stable on a shared machine; the two models also share the caches, so both sides run a
+  little colder than a single training loop would.
+
+Also reported: host syncs (``aten._local_scalar_dense``) added per step, and resident-memory
+growth per 1,000 steps while streaming a trace to disk.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import statistics
 import tempfile
@@ -96,6 +104,37 @@ def measure_ratio(name: str, every: int, *, steps: int, rounds: int) -> dict[str
     }
 
 
+def measure_alternating(name: str, every: int, *, steps: int) -> dict[str, float]:
+    """Trimmed-mean step time of a hooked model / a bare twin, alternating step by step."""
+    torch.manual_seed(0)
+    bare, x, y = MODELS[name]()
+    hooked = copy.deepcopy(bare)
+    opts = [torch.optim.Adam(m.parameters(), lr=1e-3) for m in (bare, hooked)]
+    loss_fn = nn.CrossEntropyLoss()
+    times: tuple[list[float], list[float]] = ([], [])
+    warmup = 50
+    with ndb.NeuralDbg(hooked, optimizer=opts[1], every=every) as dbg:
+        for i in range(steps + warmup):
+            for side, (model, opt) in enumerate(zip((bare, hooked), opts)):
+                t0 = _clock()
+                opt.zero_grad()
+                loss = loss_fn(model(x), y)
+                loss.backward()
+                opt.step()
+                if side:
+                    dbg.step(loss)
+                if i >= warmup:
+                    times[side].append(_clock() - t0)
+
+    def trimmed(v: list[float]) -> float:
+        v = sorted(v)
+        return statistics.mean(v[:len(v) - len(v) // 10])
+
+    return {"ratio": trimmed(times[1]) / trimmed(times[0]),
+            "bare_ms_per_step": 1e3 * trimmed(times[0]),
+            "hooked_ms_per_step": 1e3 * trimmed(times[1])}
+
+
 def host_syncs_per_step(name: str, steps: int = 20) -> float:
     """Extra ``_local_scalar_dense`` calls per step caused by NeuralDbg (target 0)."""
     torch.manual_seed(0)
@@ -158,6 +197,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
     parser.add_argument("--clock", choices=list(CLOCKS), default="cpu",
                         help="time rounds by process CPU time (robust to other load) or wall")
+    parser.add_argument("--alternate-steps", type=int, default=600,
+                        help="steps per model for the step-interleaved ratio (0 to skip)")
     parser.add_argument("--memory-steps", type=int, default=3000,
                         help="steps for the memory check (0 to skip)")
     parser.add_argument("--out", type=Path, default=Path("results/overhead.json"))
@@ -170,17 +211,24 @@ def main(argv: list[str] | None = None) -> dict:
     for name in args.models:
         for every in args.every:
             rows.append(measure_ratio(name, every, steps=args.steps, rounds=args.rounds))
-            console.log(f"{name} every={every}: {rows[-1]['ratio']:.3f}x")
+            if args.alternate_steps:
+                alt = measure_alternating(name, every, steps=args.alternate_steps)
+                rows[-1].update({f"steps_{k}": v for k, v in alt.items()})
+            console.log(f"{name} every={every}: {rows[-1]['ratio']:.3f}x (rounds)"
+                        + (f", {rows[-1]['steps_ratio']:.3f}x (steps)"
+                           if args.alternate_steps else ""))
     syncs = {name: host_syncs_per_step(name) for name in args.models}
     mem = memory_growth(steps=args.memory_steps) if args.memory_steps > 1000 else None
-    table = Table(title="NeuralDbg capture overhead (median of interleaved round-pair ratios, "
-                        f"{args.clock} time)")
-    for col in ("model", "every", "ratio", "IQR", "bare ms/step", "hooked ms/step"):
+    table = Table(title="NeuralDbg capture overhead, hooked / bare step time "
+                        f"({args.clock} time)")
+    for col in ("model", "every", "rounds ratio", "IQR", "bare ms/step", "hooked ms/step",
+                "steps ratio"):
         table.add_column(col, justify="right")
     for r in rows:
         iqr = f"{r['ratio_iqr'][0]:.2f}-{r['ratio_iqr'][1]:.2f}"
+        alt = f"{r['steps_ratio']:.3f}x" if "steps_ratio" in r else "-"
         table.add_row(r["model"], str(r["every"]), f"{r['ratio']:.3f}x", iqr,
-                      f"{r['bare_ms_per_step']:.3f}", f"{r['hooked_ms_per_step']:.3f}")
+                      f"{r['bare_ms_per_step']:.3f}", f"{r['hooked_ms_per_step']:.3f}", alt)
     console.print(table)
     console.print(f"host syncs added per step: {syncs}")
     if mem is not None:

@@ -388,7 +388,9 @@ class Recorder:
                     f"dbg.step(loss) expects a scalar loss, got a tensor of shape "
                     f"{tuple(loss.shape)}. Pass the reduced loss (e.g. loss.mean())."
                 )
-            lt = loss.detach().reshape(())
+            lt = loss.detach()
+            if lt.dim():
+                lt = lt.reshape(())
             if lt.dtype != torch.float32 or lt.device != self._device:
                 lt = lt.to(self._device, torch.float32)
             host_loss = self._loss_probe.read(lt)

@@ -36,7 +36,7 @@ class LossProbe:
     def read(self, loss: torch.Tensor) -> float | None:
         """The newest loss value available on the host (this step's on the CPU)."""
         if loss.device.type == "cpu":
-            return float(loss.numpy().reshape(-1)[0])
+            return float(loss.numpy())  # a 0-dim tensor: a 0-dim array
         if not self._cuda or self._host is None:
             return None
         value = None
