@@ -111,6 +111,9 @@ _KNOB_EVIDENCE: dict[str, tuple[str, tuple[str, ...], dict[str, dict[str, float]
         "ok": {"normal": 1.0}, "large": {"large": 1.0, "normal": 0.5},
         "very_large": {"large": 1.0}}),
 }
+#: Knob evidence that reads a steady learning rate (uninformative about the level a schedule
+#: spike reaches: the node also hangs on ``lr_schedule``).
+_STEADY_RATE_EVIDENCE: frozenset[str] = frozenset({"update", "lr_config"})
 _ROOT_PRIOR: dict[str, dict[str, float]] = {
     "lr_level": {"ok": 4.0}, "init_level": {"ok": 4.0}, "input_level": {"ok": 4.0},
 }
@@ -225,12 +228,18 @@ def build_structure(*, n_slices: int = 4, n_blocks: int = 3, prior_strength: flo
     for node, (parent, sts, table) in _KNOB_EVIDENCE.items():
         signs = {c.fault_node: c.signs[node] for c in causes if node in c.signs}
         states[node], roles[node] = sts, "knob_evidence"
-        parents[node] = tuple(sorted((parent, *signs)))
+        steady = node in _STEADY_RATE_EVIDENCE
+        parents[node] = tuple(sorted((parent, *signs, *(("lr_schedule",) if steady else ()))))
 
         def evidence_row(_t=table, _s=sts, _p=parent, _signs=signs, **kw: str) -> np.ndarray:
             # the knob level's table, joined (state-wise max) with the signs of the faults
             # present: either may produce the evidence
             weights = dict(_t[kw[_p]])
+            if kw.get("lr_schedule") == "spike":
+                # the configured rate and the early updates read the rate before a schedule
+                # spike, not the level at its peak: any level may show any of their states
+                weights = {x: max(row.get(x, 0.0) for row in _t.values())
+                           for x in set().union(*_t.values())}
             for fault, sign in _signs.items():
                 if kw[fault] == "yes":
                     weights = {x: max(weights.get(x, 0.0), sign.get(x, 0.0))
