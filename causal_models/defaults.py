@@ -1,0 +1,192 @@
+"""The default failure modes and root causes: the rules the network's priors come from.
+
+Registered through :mod:`causal_models.registry`'s public decorators, exactly as a
+researcher's extension is; :mod:`causal_models.registry` imports this module once, so the
+defaults are registered whenever the registry is.
+
+Each failure mode's *signature* says what it does to the discrete states of
+:mod:`causal_models.discretize`; each root cause's *rule* is the prior probability of its
+fault given the fault's parents (knobs, context, latent traits).
+"""
+
+from __future__ import annotations
+
+from causal_models.registry import register_failure_mode, register_root_cause
+from neuraldbg.records import FAILURE_TYPES, HEALTHY
+
+__all__: list[str] = []
+
+# Signatures: what each failure mode does to the discrete states (causal_models.discretize).
+register_failure_mode(HEALTHY, description="trains normally", signature={
+    "loss": {"decreasing": 1.0, "low": 1.0, "flat": 0.3},
+    "loss.early": {"decreasing": 1.0, "flat": 0.7, "low": 0.3},
+    "grad": {"healthy": 1.0}, "act": {"normal": 1.0},
+    "progress": {"learned": 1.0, "partial": 0.3}, "spikes": {"calm": 1.0, "spiky": 0.3},
+    "grad_ratio": {"balanced": 1.0}})
+register_failure_mode("vanishing_gradients", description="gradients die out toward the input",
+                      signature={
+    "loss": {"flat": 1.0, "decreasing": 0.2}, "grad.input": {"vanishing": 1.0, "healthy": 0.2},
+    "grad.output": {"healthy": 1.0}, "act": {"normal": 1.0, "saturated": 0.5},
+    "progress": {"none": 1.0, "partial": 0.5}, "spikes": {"calm": 1.0},
+    "grad_ratio": {"vanishing": 1.0, "dead": 0.2}})
+register_failure_mode("exploding_gradients", description="gradients grow by orders of magnitude",
+                      signature={
+    "loss.early": {"flat": 1.0, "decreasing": 0.5, "rising": 0.3},
+    # the heuristic's impact term: a blow-up or a stall counts in full (sporadic bursts in a
+    # recurrence keep the loss from settling), a run that still learns at 0.4
+    "loss.late": {"rising": 1.0, "nonfinite": 1.0, "flat": 1.0, "decreasing": 0.4,
+                  "low": 0.4},
+    "grad.early": {"healthy": 1.0, "exploding": 0.5},
+    # sporadic bursts leave a slice's mean log-gradient healthy
+    "grad.late": {"exploding": 1.0, "nonfinite": 0.4, "healthy": 0.4},
+    "act.late": {"anomalous": 1.0, "normal": 0.5},
+    "progress": {"nonfinite": 1.0, "worse": 0.7, "none": 1.0, "partial": 0.4, "learned": 0.4},
+    "spikes": {"extreme": 1.0, "nonfinite": 1.0, "spiky": 1.0},
+    "grad_ratio": {"balanced": 1.0, "growing": 1.0}})
+register_failure_mode("dead_neurons", description="rectifier units output zero for every input",
+                      signature={
+    # the heuristic's impact term: dead units that stall the loss count in full, dead units
+    # the surviving ones learn around at 0.4
+    "loss": {"flat": 1.0, "decreasing": 0.4, "low": 0.4}, "act": {"dead": 1.0, "normal": 0.3},
+    "grad.input": {"vanishing": 1.0, "healthy": 0.5},
+    "progress": {"none": 1.0, "partial": 0.4, "learned": 0.4, "worse": 0.3},
+    "spikes": {"calm": 1.0, "spiky": 0.5},
+    "grad_ratio": {"dead": 1.0, "vanishing": 0.5, "balanced": 0.5}})
+register_failure_mode("saturated_activations", description="sigmoid/tanh units stuck in the tails",
+                      signature={
+    "loss": {"flat": 1.0}, "act": {"saturated": 1.0, "normal": 0.3},
+    "grad.input": {"vanishing": 1.0, "healthy": 0.5},
+    "progress": {"none": 1.0, "partial": 0.8}, "grad_ratio": {"balanced": 1.0, "vanishing": 0.5}})
+register_failure_mode("loss_divergence", description="loss blows up or turns non-finite",
+                      signature={
+    "loss.early": {"flat": 1.0, "decreasing": 0.7, "rising": 0.5},
+    "loss.late": {"nonfinite": 1.0, "rising": 0.8},
+    "grad.early": {"healthy": 1.0}, "grad.late": {"nonfinite": 1.0, "healthy": 0.3},
+    "act.late": {"anomalous": 1.0, "normal": 0.5},
+    "progress": {"nonfinite": 1.0, "worse": 0.8}, "spikes": {"nonfinite": 1.0, "extreme": 0.8},
+    "grad_ratio": {"balanced": 1.0, "growing": 0.5}})
+register_failure_mode("training_plateau", description="loss does not move with healthy gradients",
+                      signature={
+    "loss": {"flat": 1.0, "decreasing": 0.1}, "grad": {"healthy": 1.0}, "act": {"normal": 1.0},
+    # a stall *with healthy gradients* (the contract): gradient spikes contradict it
+    "progress": {"none": 1.0, "partial": 0.3},
+    "spikes": {"calm": 1.0, "spiky": 0.005, "extreme": 0.005, "nonfinite": 0.005},
+    "grad_ratio": {"balanced": 1.0}})
+
+
+@register_root_cause("learning_rate_too_high",
+                     parents=("lr_level", "clipping", "normalization", "lr_schedule"),
+                     knob="lr_scale",
+                     failure_types={"loss_divergence": 1.0, "exploding_gradients": 0.8,
+                                    "dead_neurons": 0.2, "training_plateau": 0.1},
+                     description="steps too large for the loss surface")
+def _lr_high(lr_level: str, clipping: str, normalization: str, lr_schedule: str) -> float:
+    p = {"high": 0.9, "very_high": 0.97}.get(lr_level, 0.01)
+    if clipping != "none":
+        # clipping bounds the few huge steps of a rate spike; a rate that is too high at
+        # every step still moves too far, less so when every update is capped
+        p *= 0.05 if lr_schedule == "spike" else (0.5 if clipping == "tight" else 0.8)
+    return p if normalization == "none" else p * 0.3
+
+
+@register_root_cause("learning_rate_too_low", parents=("lr_level",), knob="lr_scale",
+                     failure_types={"training_plateau": 1.0, "vanishing_gradients": 0.1},
+                     description="steps too small to make progress")
+def _lr_low(lr_level: str) -> float:
+    return {"low": 0.8, "very_low": 0.97}.get(lr_level, 0.01)
+
+
+@register_root_cause("init_scale_too_large", parents=("init_level", "normalization"),
+                     knob="init_scale",
+                     failure_types={"exploding_gradients": 1.0, "loss_divergence": 0.6,
+                                    "saturated_activations": 0.3},
+                     description="weights so large that signals grow layer by layer")
+def _init_large(init_level: str, normalization: str) -> float:
+    base = {"large": 0.85, "very_large": 0.97}.get(init_level, 0.01)
+    return base if normalization == "none" else base * 0.15  # normalization rescales
+
+
+@register_root_cause("init_scale_too_small", parents=("init_level", "normalization"),
+                     knob="init_scale",
+                     failure_types={"vanishing_gradients": 1.0, "training_plateau": 0.4},
+                     description="weights so small that signals shrink layer by layer")
+def _init_small(init_level: str, normalization: str) -> float:
+    base = {"small": 0.85, "very_small": 0.97}.get(init_level, 0.01)
+    return base if normalization == "none" else base * 0.15
+
+
+@register_root_cause("saturating_activation", parents=("activation", "depth", "normalization"),
+                     knob="activation",
+                     failure_types={"vanishing_gradients": 1.0, "saturated_activations": 0.8,
+                                    "training_plateau": 0.2},
+                     description="sigmoid/tanh derivatives shrink the gradient at every layer")
+def _saturating(activation: str, depth: str, normalization: str) -> float:
+    if activation not in ("sigmoid", "tanh"):
+        return 0.01
+    p = 0.7 if depth == "deep" else 0.15
+    return p if normalization == "none" else p * 0.3
+
+
+@register_root_cause("negative_bias_init", parents=("bias_init", "activation", "normalization"),
+                     traits={"bias_init": ("ok", "negative")}, knob="activation",
+                     failure_types={"dead_neurons": 1.0, "vanishing_gradients": 0.3},
+                     description="large negative biases switch rectifier units off for good")
+def _negative_bias(bias_init: str, activation: str, normalization: str) -> float:
+    if bias_init != "negative":
+        return 0.01
+    # a leaky slope of 0.01 barely moves a bias of -10; GELU's tail is flat too
+    p = {"relu": 0.95, "leaky_relu": 0.85, "gelu": 0.5}.get(activation, 0.3)
+    return p if normalization == "none" else p * 0.1  # normalization re-centres the units
+
+
+@register_root_cause("unnormalized_inputs",
+                     parents=("input_level", "normalization", "activation", "clipping"),
+                     knob="input_scale",
+                     failure_types={"exploding_gradients": 1.0, "loss_divergence": 0.8,
+                                    "saturated_activations": 0.6, "dead_neurons": 0.3},
+                     description="raw inputs on a scale the first layer cannot absorb")
+def _unnormalized(input_level: str, normalization: str, activation: str,
+                  clipping: str) -> float:
+    base = {"large": 0.85, "very_large": 0.97}.get(input_level, 0.01)
+    if activation not in ("sigmoid", "tanh") and clipping != "none":
+        # a saturating unit saturates on the first raw batch; through a rectifier the raw
+        # scale blows the outputs up over training, which capped steps hold off
+        base *= 0.2 if clipping == "tight" else 0.5
+    return base if normalization == "none" else base * 0.15
+
+
+@register_root_cause("missing_normalization", parents=("normalization", "depth", "clipping"),
+                     knob="normalization",
+                     failure_types={"vanishing_gradients": 1.0, "exploding_gradients": 0.5,
+                                    "training_plateau": 0.4},
+                     # a residual stream without normalization grows block by block
+                     signs={"fwd_gain": {"growing": 1.0, "stable": 0.5}},
+                     description="a deep stack without normalization layers")
+def _missing_norm(normalization: str, depth: str, clipping: str) -> float:
+    if normalization != "none":
+        return 0.01
+    p = 0.3 if depth == "deep" else 0.03
+    # clipping caps the residual blow-up, the more the more steps it caps
+    return p * {"tight": 0.2, "peaks": 0.5}.get(clipping, 1.0)
+
+
+@register_root_cause("missing_gradient_clipping",
+                     parents=("clipping", "arch", "lr_level", "init_level"), knob="grad_clip",
+                     failure_types={"exploding_gradients": 1.0, "loss_divergence": 0.7},
+                     description="rare huge gradients (long recurrences) reach the update")
+def _missing_clip(clipping: str, arch: str, lr_level: str, init_level: str) -> float:
+    if clipping != "none":
+        return 0.01
+    p = 0.4 if arch == "recurrent" else 0.05
+    if lr_level in ("low", "very_low"):  # smaller steps, smaller blow-ups
+        p *= 0.2
+    if init_level in ("small", "very_small"):  # a contracting recurrence does not explode
+        p *= 0.2
+    return p
+
+
+@register_root_cause("unknown", failure_types={ft: 1.0 for ft in FAILURE_TYPES},
+                     priority=0.1, description="a failure none of the registered causes explains")
+def _unknown() -> float:
+    return 0.03
+
