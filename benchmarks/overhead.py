@@ -107,7 +107,32 @@ def measure_ratio(name: str, every: int, *, steps: int, rounds: int) -> dict[str
     }
 
 
-def measure_alternating(name: str, every: int, *, steps: int) -> dict[str, float]:
+#: Parts of the capture switched off for ``--breakdown`` (each row keeps less than the last).
+PARTS = {
+    "full": "everything",
+    "no forward hooks": "parameter norms, update, gradient norm, step bookkeeping",
+    "gradient norm only": "the every-step global gradient norm and step bookkeeping",
+    "bookkeeping only": "dbg.step() and the optimizer hooks, measuring nothing",
+}
+
+
+def _switch_off(dbg: ndb.NeuralDbg, part: str) -> None:
+    """Disable parts of a recorder's work (benchmark-only: patches private methods)."""
+    if part == "full":
+        return
+    dbg._attach_forward_hooks = lambda: None
+    meter = dbg._meter
+    if part == "gradient norm only":
+        before = meter.before_update
+        meter.before_update = lambda slot, *, recorded, snapshot: before(
+            slot, recorded=False, snapshot=False)
+    elif part == "bookkeeping only":
+        meter.before_update = lambda slot, *, recorded, snapshot: None
+        meter.after_update = lambda slot: None
+
+
+def measure_alternating(name: str, every: int, *, steps: int,
+                        part: str = "full") -> dict[str, float]:
     """Trimmed-mean step time of a hooked model / a bare twin, alternating step by step."""
     torch.manual_seed(0)
     bare, x, y = MODELS[name]()
@@ -116,7 +141,9 @@ def measure_alternating(name: str, every: int, *, steps: int) -> dict[str, float
     loss_fn = nn.CrossEntropyLoss()
     times: tuple[list[float], list[float]] = ([], [])
     warmup = 50
-    with ndb.NeuralDbg(hooked, optimizer=opts[1], every=every) as dbg:
+    dbg = ndb.NeuralDbg(hooked, optimizer=opts[1], every=every)
+    _switch_off(dbg, part)
+    with dbg:
         for i in range(steps + warmup):
             for side, (model, opt) in enumerate(zip((bare, hooked), opts)):
                 t0 = _clock()
@@ -202,6 +229,9 @@ def main(argv: list[str] | None = None) -> dict:
                         help="time rounds by process CPU time (robust to other load) or wall")
     parser.add_argument("--alternate-steps", type=int, default=600,
                         help="steps per model for the step-interleaved ratio (0 to skip)")
+    parser.add_argument("--breakdown", action="store_true",
+                        help="only the step-interleaved ratio with parts of the capture "
+                             "switched off, to see where the overhead goes")
     parser.add_argument("--memory-steps", type=int, default=3000,
                         help="steps for the memory check (0 to skip)")
     parser.add_argument("--out", type=Path, default=Path("results/overhead.json"))
@@ -210,6 +240,8 @@ def main(argv: list[str] | None = None) -> dict:
     _clock = CLOCKS[args.clock]
     torch.set_num_threads(args.threads)
     console = Console()
+    if args.breakdown:
+        return _breakdown(args, console)
     rows = []
     for name in args.models:
         for every in args.every:
@@ -242,6 +274,27 @@ def main(argv: list[str] | None = None) -> dict:
               "torch": torch.__version__}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2))
+    return result
+
+
+def _breakdown(args: argparse.Namespace, console: Console) -> dict:
+    table = Table(title="Where the overhead goes (step-interleaved, hooked / bare)")
+    for col in ("model", "every", "kept", "ratio", "extra us/step"):
+        table.add_column(col, justify="right")
+    rows = []
+    for name in args.models:
+        for every in args.every:
+            for part in PARTS:
+                r = measure_alternating(name, every, steps=args.alternate_steps, part=part)
+                extra = 1e3 * (r["hooked_ms_per_step"] - r["bare_ms_per_step"])
+                rows.append({"model": name, "every": every, "part": part, **r,
+                             "extra_us_per_step": extra})
+                table.add_row(name, str(every), part, f"{r['ratio']:.3f}x", f"{extra:.0f}")
+    console.print(table)
+    result = {"breakdown": rows, "parts": PARTS, "clock": args.clock,
+              "torch": torch.__version__}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.with_name(args.out.stem + "_breakdown.json").write_text(json.dumps(result, indent=2))
     return result
 
 
