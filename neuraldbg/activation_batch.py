@@ -46,6 +46,7 @@ class _Plan:
     centres: torch.Tensor      # (n_calls, n_conditions, 1)
     thresholds: torch.Tensor   # (n_calls, n_conditions, 1)
     den: np.ndarray            # (n_modules + 1, 5) the step's DEN sums, without "grads"
+    softmax_index: torch.Tensor | None  # module row of each softmax call, in call order
 
 
 def _unit_max(x: torch.Tensor, channel_first: bool) -> torch.Tensor:
@@ -173,7 +174,9 @@ class ActivationBatch:
                                      device=dev).unsqueeze(-1),
                 thresholds=torch.tensor([t for _, t in cond], dtype=torch.float32,
                                         device=dev).unsqueeze(-1),
-                den=den)
+                den=den,
+                softmax_index=torch.tensor([i for i, _ in self._softmax], dtype=torch.long,
+                                           device=dev) if self._softmax else None)
             if len(self._plans) < 1024:
                 self._plans[key] = plan
         return plan
@@ -201,9 +204,9 @@ class ActivationBatch:
             units = torch.cat(self._units) if n > 1 else self._units[0]
             act[:, _DEAD].index_add_(0, plan.unit_index, (units == 0).to(torch.float32))
             max_abs.scatter_reduce_(0, plan.unit_index, units, "amax")
-            if self._softmax:
-                idx = torch.tensor([i for i, _ in self._softmax], device=self._device)
-                act[:, _SAT].index_add_(0, idx, torch.stack([c for _, c in self._softmax])
+            if plan.softmax_index is not None:  # index tensors are cached: no copy per step
+                act[:, _SAT].index_add_(0, plan.softmax_index,
+                                        torch.stack([c for _, c in self._softmax])
                                         .to(torch.float32))
         den[:, :len(DEN) - 1] += plan.den
         self.reset()

@@ -319,3 +319,32 @@ def test_forward_hooks_are_off_between_recorded_steps():
     assert sorted(dbg.trace.stats["step"].unique()) == [0, 4, 8]
     assert dbg.trace.steps["grad_norm"].notna().all()  # still measured at every step
     assert len(model[0]._forward_hooks) == 0
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_no_synchronising_cuda_call_between_flushes():
+    """On a GPU, PyTorch's sync debug mode raises on any host-device synchronisation."""
+    dev = torch.device("cuda")
+    model = nn.Sequential(nn.Conv2d(1, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.Flatten(),
+                          nn.Linear(4 * 6 * 6, 3), nn.Softmax(dim=-1)).to(dev)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    x = torch.randn(8, 1, 8, 8, device=dev)
+
+    def step(dbg):
+        opt.zero_grad()
+        loss = model(x).pow(2).mean()
+        loss.backward()
+        opt.step()
+        dbg.step(loss)
+
+    with ndb.NeuralDbg(model, optimizer=opt, flush_every=1000) as dbg:
+        for _ in range(3):  # first calls build cached index tensors (host-to-device copies)
+            step(dbg)
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            for _ in range(10):
+                step(dbg)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    assert len(dbg.trace.steps) == 13
