@@ -250,7 +250,8 @@ class Recorder:
             self._writer.write_modules(self._modules)
             self._writer.write_meta(self._meta())
         try:
-            self._attach_forward_hooks()
+            if self._recording:
+                self._attach_forward_hooks()
             if self.optimizer is not None:
                 self._handles.append(self.optimizer.register_step_pre_hook(self._pre_step_hook))
                 self._handles.append(self.optimizer.register_step_post_hook(self._post_step_hook))
@@ -302,7 +303,8 @@ class Recorder:
         self._loss_probe = LossProbe(self._device)
         self._slot_recorded: list[bool] = []
         self._slot_complete: list[bool] = []
-        self._recording = True         # step 0 is always recorded
+        # step 0 is always recorded; entering again later continues the every-k schedule
+        self._recording = self._step % self.cfg.every == 0
         self._dense_until = -1
         self._loss_ema: float | None = None
         self._error: str | None = None
