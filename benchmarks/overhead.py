@@ -220,7 +220,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=100,
                         help="steps per round (= flush_every of the hooked rounds)")
-    parser.add_argument("--rounds", type=int, default=11,
+    parser.add_argument("--rounds", type=int, default=21,
                         help="interleaved rounds per setting")
     parser.add_argument("--every", type=int, nargs="+", default=[1, 4, 16, 64])
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
