@@ -16,6 +16,11 @@ from neuraldbg.records import FAILURE_TYPES, HEALTHY
 
 __all__: list[str] = []
 
+#: P(fault) one level off "ok": the level straddles the tolerance edge (a level is one decade
+#: of the knob, half a decade for the init scale), so a run there fails about half the time;
+#: two levels off, it fails.
+BOUNDARY = 0.5
+
 # Signatures: what each failure mode does to the discrete states (causal_models.discretize).
 register_failure_mode(HEALTHY, description="trains normally", signature={
     "loss": {"decreasing": 1.0, "low": 1.0, "flat": 0.3},
@@ -81,7 +86,7 @@ register_failure_mode("training_plateau", description="loss does not move with h
                                     "dead_neurons": 0.2, "training_plateau": 0.1},
                      description="steps too large for the loss surface")
 def _lr_high(lr_level: str, clipping: str, normalization: str, lr_schedule: str) -> float:
-    p = {"high": 0.9, "very_high": 0.97}.get(lr_level, 0.01)
+    p = {"high": BOUNDARY, "very_high": 0.97}.get(lr_level, 0.01)
     if clipping != "none":
         # clipping bounds the few huge steps of a rate spike; a rate that is too high at
         # every step still moves too far, less so when every update is capped
@@ -93,7 +98,7 @@ def _lr_high(lr_level: str, clipping: str, normalization: str, lr_schedule: str)
                      failure_types={"training_plateau": 1.0, "vanishing_gradients": 0.1},
                      description="steps too small to make progress")
 def _lr_low(lr_level: str) -> float:
-    return {"low": 0.8, "very_low": 0.97}.get(lr_level, 0.01)
+    return {"low": BOUNDARY, "very_low": 0.97}.get(lr_level, 0.01)
 
 
 @register_root_cause("init_scale_too_large", parents=("init_level", "normalization"),
@@ -102,7 +107,7 @@ def _lr_low(lr_level: str) -> float:
                                     "saturated_activations": 0.3},
                      description="weights so large that signals grow layer by layer")
 def _init_large(init_level: str, normalization: str) -> float:
-    base = {"large": 0.85, "very_large": 0.97}.get(init_level, 0.01)
+    base = {"large": BOUNDARY, "very_large": 0.97}.get(init_level, 0.01)
     return base if normalization == "none" else base * 0.15  # normalization rescales
 
 
@@ -111,7 +116,7 @@ def _init_large(init_level: str, normalization: str) -> float:
                      failure_types={"vanishing_gradients": 1.0, "training_plateau": 0.4},
                      description="weights so small that signals shrink layer by layer")
 def _init_small(init_level: str, normalization: str) -> float:
-    base = {"small": 0.85, "very_small": 0.97}.get(init_level, 0.01)
+    base = {"small": BOUNDARY, "very_small": 0.97}.get(init_level, 0.01)
     return base if normalization == "none" else base * 0.15
 
 
@@ -147,7 +152,7 @@ def _negative_bias(bias_init: str, activation: str, normalization: str) -> float
                      description="raw inputs on a scale the first layer cannot absorb")
 def _unnormalized(input_level: str, normalization: str, activation: str,
                   clipping: str) -> float:
-    base = {"large": 0.85, "very_large": 0.97}.get(input_level, 0.01)
+    base = {"large": BOUNDARY, "very_large": 0.97}.get(input_level, 0.01)
     if activation not in ("sigmoid", "tanh") and clipping != "none":
         # a saturating unit saturates on the first raw batch; through a rectifier the raw
         # scale blows the outputs up over training, which capped steps hold off
@@ -172,7 +177,10 @@ def _missing_norm(normalization: str, depth: str, clipping: str) -> float:
 
 @register_root_cause("missing_gradient_clipping",
                      parents=("clipping", "arch", "lr_level", "init_level"), knob="grad_clip",
-                     failure_types={"exploding_gradients": 1.0, "loss_divergence": 0.7},
+                     # bursts the optimizer recovers from keep the loss from settling: a
+                     # stall with gradient spikes (the exploding signature's impact term)
+                     failure_types={"exploding_gradients": 1.0, "loss_divergence": 0.7,
+                                    "training_plateau": 0.3},
                      description="rare huge gradients (long recurrences) reach the update")
 def _missing_clip(clipping: str, arch: str, lr_level: str, init_level: str) -> float:
     if clipping != "none":

@@ -25,8 +25,11 @@ root cause -> failure type):
 
 So a knob that does not touch the run's fault leaves the failure in place, and a fix that
 removes it removes the failure, unless another fault the action creates takes its place.
-Faults are treated as independent given the abducted posteriors (their correlation through
-shared latent parents is dropped).
+The faults are dependent given the evidence (a failing run has one root cause, which explains
+the other faults away), so the abduction is stratified by the posterior root cause: within a
+stratum the faults are treated as independent given their abducted posteriors, and the
+strata are mixed by their posterior weights. A ``what_if()`` that changes nothing therefore
+gives back (up to calibration) the posterior of the run as it happened.
 """
 
 from __future__ import annotations
@@ -58,6 +61,8 @@ KNOBS: dict[str, str] = {
     "activation": "one of ['relu', 'leaky_relu', 'gelu', 'tanh', 'sigmoid']",
     "normalization": "one of ['batch', 'layer', 'none']",
 }
+#: Root-cause strata below this posterior weight are left out of the abduction.
+_MIN_STRATUM = 0.01
 _ACTIVATIONS = ("relu", "leaky_relu", "gelu", "tanh", "sigmoid")
 _NORMALIZATIONS = ("batch", "layer", "none")
 
@@ -272,6 +277,71 @@ def _clipping_under(trace: Trace, clip: float, evidence: dict[str, str],
     return clipping_state(clip_share(norms, clip, bins), bins)
 
 
+def _predict(reasoner: ProbabilisticReasoner, faults: list[str], abduct_on: dict[str, str],
+             evidence: dict[str, str], acted: dict[str, str], moves: dict[str, float],
+             latent: set[str], classes: list[str]
+             ) -> tuple[np.ndarray, dict[str, float], dict[str, float], np.ndarray, list[str]]:
+    """Abduction on ``abduct_on``, then action and prediction: outcome probabilities, the
+    faults' probabilities after and before the action, the root cause after it."""
+    network = reasoner.network_
+    q_new: dict[str, float] = {}
+    q_old: dict[str, float] = {}
+    for fault in faults:
+        cpd = network.get_cpds(fault)
+        parents = list(cpd.variables[1:])
+        hidden = [p for p in parents if p in latent]
+        # 1. Abduction: joint posterior of the fault and its unobserved parents.
+        order, names, values = _joint(reasoner, [fault, *hidden], abduct_on)
+        observed = {p: evidence[p] for p in parents if p not in latent}
+        after = {p: acted.get(p, v) for p, v in observed.items()}
+        total = 0.0
+        present = 0.0
+        for idx in np.ndindex(values.shape):
+            w = float(values[idx])
+            if w < 1e-9:
+                continue
+            state = {v: names[v][i] for v, i in zip(order, idx)}
+            f = int(state[fault] == "yes")
+            present += w * f
+            p = _p_yes(cpd, {**observed, **{h: state[h] for h in hidden}})
+            # 3. Prediction for this fault: move the hidden levels, keep the run's U.
+            options: list[tuple[dict[str, str], float]] = [({}, 1.0)]
+            for h in hidden:
+                dist = (_shift({state[h]: 1.0}, KNOB_NODES[h], moves[h]) if h in moves
+                        else {state[h]: 1.0})
+                options = [({**a, h: s}, wa * ws) for a, wa in options
+                           for s, ws in dist.items() if ws > 0]
+            for assign, wa in options:
+                total += w * wa * _cf_yes(f, p, _p_yes(cpd, {**after, **assign}))
+        q_new[fault], q_old[fault] = total, present
+
+    # 3. Prediction: root cause and failure type from the acted fault probabilities.
+    rc_cpd = network.get_cpds("root_cause")
+    weights = np.ones(1)
+    for parent in rc_cpd.variables[1:]:
+        q = q_new[parent]
+        bern = np.array([1 - q, q]) if rc_cpd.state_names[parent][0] == "no" else np.array(
+            [q, 1 - q])
+        weights = np.kron(weights, bern)
+    p_rc = rc_cpd.get_values() @ weights
+    ft_cpd = network.get_cpds("failure_type")
+    rc_names = list(rc_cpd.state_names["root_cause"])
+    weights = np.ones(1)
+    for parent in ft_cpd.variables[1:]:
+        names = list(ft_cpd.state_names[parent])
+        if parent == "root_cause":
+            vec = np.array([p_rc[rc_names.index(n)] for n in names])
+        else:  # observed context (e.g. the lr schedule), as acted
+            vec = np.array([1.0 if n == acted.get(parent, evidence.get(parent)) else 0.0
+                            for n in names])
+            vec = vec if vec.sum() else np.full(len(names), 1.0 / len(names))
+        weights = np.kron(weights, vec)
+    p_ft = ft_cpd.get_values() @ weights
+    p_ft = p_ft / p_ft.sum()
+    predicted = np.array([p_ft[ft_cpd.state_names["failure_type"].index(c)] for c in classes])
+    return predicted, q_new, q_old, p_rc, rc_names
+
+
 def what_if(reasoner: ProbabilisticReasoner, trace: Trace, **knobs: Any) -> Counterfactual:
     """P(failure) of this run had the knobs been different (abduction, action, prediction).
 
@@ -318,63 +388,32 @@ def what_if(reasoner: ProbabilisticReasoner, trace: Trace, **knobs: Any) -> Coun
              for node, knob in LEVEL_NODES.items() if knob in changes}
 
     faults = sorted(n for n, r in roles.items() if r == "fault")
-    q_new: dict[str, float] = {}
-    q_old: dict[str, float] = {}
-    abduction: dict[str, Any] = {}
-    for fault in faults:
-        cpd = network.get_cpds(fault)
-        parents = list(cpd.variables[1:])
-        hidden = [p for p in parents if p in latent]
-        # 1. Abduction: joint posterior of the fault and its unobserved parents.
-        order, names, values = _joint(reasoner, [fault, *hidden], evidence)
-        observed = {p: evidence[p] for p in parents if p not in latent}
-        after = {p: acted.get(p, v) for p, v in observed.items()}
-        total = 0.0
-        present = 0.0
-        for idx in np.ndindex(values.shape):
-            w = float(values[idx])
-            if w < 1e-9:
-                continue
-            state = {v: names[v][i] for v, i in zip(order, idx)}
-            f = int(state[fault] == "yes")
-            present += w * f
-            p = _p_yes(cpd, {**observed, **{h: state[h] for h in hidden}})
-            # 3. Prediction for this fault: move the hidden levels, keep the run's U.
-            options: list[tuple[dict[str, str], float]] = [({}, 1.0)]
-            for h in hidden:
-                dist = (_shift({state[h]: 1.0}, KNOB_NODES[h], moves[h]) if h in moves
-                        else {state[h]: 1.0})
-                options = [({**a, h: s}, wa * ws) for a, wa in options
-                           for s, ws in dist.items() if ws > 0]
-            for assign, wa in options:
-                total += w * wa * _cf_yes(f, p, _p_yes(cpd, {**after, **assign}))
-        q_new[fault], q_old[fault] = total, present
-        abduction[fault] = round(present, 4)
-
-    # 3. Prediction: root cause and failure type from the acted fault probabilities.
-    rc_cpd = network.get_cpds("root_cause")
-    weights = np.ones(1)
-    for parent in rc_cpd.variables[1:]:
-        q = q_new[parent]
-        bern = np.array([1 - q, q]) if rc_cpd.state_names[parent][0] == "no" else np.array(
-            [q, 1 - q])
-        weights = np.kron(weights, bern)
-    p_rc = rc_cpd.get_values() @ weights
-    ft_cpd = network.get_cpds("failure_type")
-    rc_names = list(rc_cpd.state_names["root_cause"])
-    weights = np.ones(1)
-    for parent in ft_cpd.variables[1:]:
-        names = list(ft_cpd.state_names[parent])
-        if parent == "root_cause":
-            vec = np.array([p_rc[rc_names.index(n)] for n in names])
-        else:  # observed context (e.g. the lr schedule), as acted
-            vec = np.array([1.0 if n == acted.get(parent, evidence.get(parent)) else 0.0
-                            for n in names])
-            vec = vec if vec.sum() else np.full(len(names), 1.0 / len(names))
-        weights = np.kron(weights, vec)
-    p_ft = ft_cpd.get_values() @ weights
-    p_ft = p_ft / p_ft.sum()
-    predicted = np.array([p_ft[ft_cpd.state_names["failure_type"].index(c)] for c in classes])
+    # The faults are dependent given the evidence (co-parents of the root cause: a failing
+    # run has one cause, which explains the others away). Abduction is therefore stratified
+    # by the root cause: within each posterior root-cause state the faults are treated as
+    # independent, and the strata are mixed by their posterior weights.
+    order, names, values = _joint(reasoner, ["root_cause"], evidence)
+    strata = [(str(r), float(w)) for r, w in zip(names["root_cause"], values)
+              if w >= _MIN_STRATUM]
+    norm = sum(w for _, w in strata)
+    predicted = np.zeros(len(classes))
+    q_mix: dict[str, float] = {f: 0.0 for f in faults}
+    abduction: dict[str, float] = {f: 0.0 for f in faults}
+    p_rc_mix: np.ndarray | None = None
+    rc_names: list[str] = []
+    for cause, weight in strata:
+        pred, q_new, q_old, p_rc, rc_names = _predict(
+            reasoner, faults, {**evidence, "root_cause": cause}, evidence, acted, moves,
+            latent, classes)
+        w = weight / norm
+        predicted += w * pred
+        for f in faults:
+            q_mix[f] += w * q_new[f]
+            abduction[f] += w * q_old[f]
+        p_rc_mix = w * p_rc if p_rc_mix is None else p_rc_mix + w * p_rc
+    abduction = {f: round(q, 4) for f, q in abduction.items()}
+    q_new = q_mix
+    p_rc = p_rc_mix if p_rc_mix is not None else np.zeros(0)
     healthy = classes.index(HEALTHY)
     latent_post = {}
     for node in sorted(latent):
@@ -394,5 +433,6 @@ def what_if(reasoner: ProbabilisticReasoner, trace: Trace, **knobs: Any) -> Coun
                                    for n, v in moves.items()}},
             "prediction": {"p_fault": {f: round(q, 4) for f, q in q_new.items()},
                            "p_root_cause": {s: round(float(v), 4) for s, v in zip(
-                               rc_cpd.state_names["root_cause"], p_rc)}},
+                               rc_names, p_rc)},
+                           "root_cause_strata": {r: round(w / norm, 4) for r, w in strata}},
         })

@@ -432,12 +432,14 @@ class ProbabilisticReasoner:
         """Ranked hypotheses with posterior confidences (the contract's ``Hypothesis`` list).
 
         One hypothesis per (failure type, root cause) pair worth naming, highest confidence
-        first. ``confidence`` is the calibrated posterior of the failure type; the root
-        cause's conditional probability and the joint are in ``metadata``. The most probable
-        failure type is always listed (so a healthy verdict reads one minus its posterior,
-        the calibrated confidence of "healthy"), the others with posterior >=
-        ``min_confidence``; under each, the causes with conditional probability >= 0.05 (at
-        most three).
+        first. On a run judged failing, ``confidence`` is the calibrated posterior of the
+        failure type: the most probable failure type is always listed, the others with
+        posterior >= ``min_confidence``; under each, the causes with conditional probability
+        >= 0.05 (at most three). On a run judged healthy, the three causes with the highest
+        joint posterior with *any* failure (summed over failure types) are listed, each under
+        its most probable failure type, all with ``confidence`` = P(the run fails), so the
+        healthy verdict reads the calibrated posterior of "healthy". The root cause's
+        conditional probability and the joint are in ``metadata``.
 
         Parameters
         ----------
@@ -453,29 +455,47 @@ class ProbabilisticReasoner:
         evidence = {n: disc.states[n] for n in self.structure_.observed_nodes()}
         joint = self._calibrate_joint(self._joint(self._engine(), evidence)[None])[0]
         marginal = joint.sum(axis=1)
-        p_healthy = float(marginal[list(self.classes_).index(HEALTHY)])
+        healthy = list(self.classes_).index(HEALTHY)
+        p_healthy = float(marginal[healthy])
         hyps: list[Hypothesis] = []
-        for i in np.argsort(-marginal, kind="stable"):
+        pairs_healthy = int(np.argmax(marginal)) == healthy
+        if pairs_healthy:
+            # judged healthy: name the causes by their joint posterior with any failure
+            # (summed over failure types), each under its most probable failure type
+            failing = np.delete(np.arange(len(self.classes_)), healthy)
+            by_cause = joint[failing].sum(axis=0)
+            pairs = [(int(failing[np.argmax(joint[failing, j])]), j)
+                     for j in np.argsort(-by_cause, kind="stable")
+                     if self.root_causes_[j] != NO_CAUSE][:3]
+        else:
+            pairs = []
+            for i in np.argsort(-marginal, kind="stable"):
+                if i == healthy or (pairs and marginal[i] < self.min_confidence):
+                    continue  # the most probable failure type is always listed
+                cond = joint[i] / max(float(marginal[i]), 1e-300)
+                ranked = [j for j in np.argsort(-cond, kind="stable")
+                          if self.root_causes_[j] != NO_CAUSE][:3]
+                pairs += [(int(i), j) for r, j in enumerate(ranked)
+                          if not r or cond[j] >= 0.05]
+        origins: dict[str, Any] = {}
+        for i, j in pairs:
             ft = str(self.classes_[i])
             p_ft = min(1.0, max(0.0, float(marginal[i])))
-            if ft == HEALTHY or (hyps and p_ft < self.min_confidence):
-                continue  # the most probable failure type is always listed
-            cond = joint[i] / p_ft
-            layer, step, path = locate_origin(trace, disc, ft)
-            ranked = [j for j in np.argsort(-cond, kind="stable")
-                      if self.root_causes_[j] != NO_CAUSE][:3]
-            for rank, j in enumerate(ranked):
-                if rank and cond[j] < 0.05:
-                    break
-                hyps.append(Hypothesis(
-                    failure_type=ft, root_cause=str(self.root_causes_[j]), origin_layer=layer,
-                    origin_step=step, confidence=p_ft,
-                    metadata={"method": "probabilistic", "p_failure_type": p_ft,
-                              "p_root_cause_given_failure": float(cond[j]),
-                              "p_joint": float(joint[i, j]), "p_healthy": p_healthy,
-                              "propagation_path": path, "onset_step": disc.onset_step,
-                              "slices": [list(s) for s in disc.slices],
-                              "evidence": {k: v for k, v in evidence.items()}}))
+            cond = joint[i] / max(float(marginal[i]), 1e-300)
+            # judged healthy, every hypothesis carries P(the run fails at all)
+            conf = min(1.0, max(0.0, 1.0 - p_healthy)) if pairs_healthy else p_ft
+            if ft not in origins:
+                origins[ft] = locate_origin(trace, disc, ft)
+            layer, step, path = origins[ft]
+            hyps.append(Hypothesis(
+                failure_type=ft, root_cause=str(self.root_causes_[j]), origin_layer=layer,
+                origin_step=step, confidence=conf,
+                metadata={"method": "probabilistic", "p_failure_type": p_ft,
+                          "p_root_cause_given_failure": float(cond[j]),
+                          "p_joint": float(joint[i, j]), "p_healthy": p_healthy,
+                          "propagation_path": path, "onset_step": disc.onset_step,
+                          "slices": [list(s) for s in disc.slices],
+                          "evidence": {k: v for k, v in evidence.items()}}))
         return hyps
 
     # ---------------------------------------------------------- causal queries

@@ -82,6 +82,24 @@ def test_explain_names_the_injected_cause_on_unseen_seeds(fitted) -> None:
     assert all(h.confidence < 0.5 for h in healthy)
 
 
+def test_a_healthy_verdict_ranks_causes_by_their_joint_posterior_with_any_failure(
+        fitted) -> None:
+    model, score = fitted
+    trace = score["healthy_mlp"]
+    proba = model.predict_proba(trace)[0]
+    assert model.classes_[proba.argmax()] == HEALTHY
+    hyps = model.explain(trace)
+    assert hyps and len({h.root_cause for h in hyps}) == len(hyps)
+    p_healthy = proba[list(model.classes_).index(HEALTHY)]
+    for h in hyps:  # every hypothesis carries P(the run fails at all)
+        assert h.confidence == pytest.approx(1.0 - p_healthy)
+    # ranked by P(cause, any failure), the joint summed over the failure types
+    by_cause = model.joint_posterior(trace).drop(index=HEALTHY).sum(axis=0)
+    named = [by_cause[h.root_cause] for h in hyps]
+    assert named == sorted(named, reverse=True)
+    assert hyps[0].root_cause == by_cause.drop(labels="none").idxmax()
+
+
 def test_the_probabilistic_method_is_reachable_through_the_registry(fitted) -> None:
     model, score = fitted
     hyps = ndb.explain(score["deep_sigmoid"], method=model)
