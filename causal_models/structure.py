@@ -114,6 +114,10 @@ _KNOB_EVIDENCE: dict[str, tuple[str, tuple[str, ...], dict[str, dict[str, float]
 #: Knob evidence that reads a steady learning rate (uninformative about the level a schedule
 #: spike reaches: the node also hangs on ``lr_schedule``).
 _STEADY_RATE_EVIDENCE: frozenset[str] = frozenset({"update", "lr_config"})
+#: The rules' abstention ("no registered cause fits"), and its share of the rules' errors under
+#: any true cause (they abstain about as often as they name a wrong cause).
+_ABSTAIN = "unknown"
+_ABSTAIN_SHARE = 0.5
 _ROOT_PRIOR: dict[str, dict[str, float]] = {
     "lr_level": {"ok": 4.0}, "init_level": {"ok": 4.0}, "input_level": {"ok": 4.0},
 }
@@ -193,7 +197,8 @@ def build_structure(*, n_slices: int = 4, n_blocks: int = 3, prior_strength: flo
         ``root_cause`` and ``rule_failure``): the heuristic reasoner's verdict as a noisy
         sensor of the truth.
     rule_trust : float, default=0.7
-        Prior probability that the rules name the true failure type / cause.
+        Prior probability that the rules name the true failure type / cause. Of the rest,
+        half goes to the rules' abstention (``unknown``), as likely under any true cause.
 
     Returns
     -------
@@ -300,6 +305,14 @@ def build_structure(*, n_slices: int = 4, n_blocks: int = 3, prior_strength: flo
             if rule_failure == HEALTHY:
                 return np.array([1.0 if x == NO_CAUSE else 1e-3 for x in rc_states])
             named = [x for x in rc_states if x != NO_CAUSE]
+            if root_cause in named and root_cause != _ABSTAIN and _ABSTAIN in named:
+                # "unknown" from the rules is an abstention, as likely under any true cause:
+                # not the evidence against it that naming another cause is
+                abstain = (1 - rule_trust) * _ABSTAIN_SHARE
+                other = (1 - rule_trust - abstain) / (len(named) - 2)
+                return np.array([0.0 if x == NO_CAUSE else rule_trust if x == root_cause
+                                 else abstain if x == _ABSTAIN else other
+                                 for x in rc_states]) + 1e-3
             return np.array([0.0 if x == NO_CAUSE else rule_trust if x == root_cause
                              else (1 - rule_trust) / (len(named) - 1) for x in rc_states]) + 1e-3
 

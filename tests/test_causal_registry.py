@@ -3,6 +3,8 @@ the structure without touching the core."""
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -92,3 +94,27 @@ def test_signature_picks_the_most_specific_key() -> None:
     late = mode.weights("grad", ("late", "input"), states)
     assert np.argmax(early) == 0 and np.argmax(late) == 2
     assert sum(early) == pytest.approx(1.0)
+
+
+def test_the_rules_abstention_is_equally_likely_under_every_named_cause() -> None:
+    s = build_structure(rule_trust=0.9)
+    states, parents = s.states, s.parents["rule_cause"]
+    prior = s.prior["rule_cause"]
+    prior = prior / prior.sum(axis=0, keepdims=True)
+    configs = list(itertools.product(*(states[p] for p in parents)))
+    unknown = states["rule_cause"].index("unknown")
+    shares = {}
+    for col, cfg in enumerate(configs):
+        cfg = dict(zip(parents, cfg))
+        if cfg["rule_failure"] == "training_plateau" and cfg["root_cause"] not in (
+                "none", "unknown"):
+            shares[cfg["root_cause"]] = prior[unknown, col]
+            right = states["rule_cause"].index(cfg["root_cause"])
+            assert prior[right, col] > 0.85  # the rules' trust in the cause they name
+    assert len(shares) >= 9
+    assert max(shares.values()) == pytest.approx(min(shares.values()))
+    # an abstention is far likelier than naming one particular wrong cause
+    wrong = states["rule_cause"].index("missing_normalization")
+    col = configs.index(tuple("learning_rate_too_high" if p == "root_cause" else
+                              "training_plateau" for p in parents))
+    assert prior[unknown, col] > 5 * prior[wrong, col]
