@@ -31,6 +31,7 @@ from causal_models.calibration import Calibrator, fit_calibrator
 from causal_models.discretize import Bins, Discretized, discretize
 from causal_models.evidence import RULE_NO_CAUSE, observe_knobs, rule_verdict
 from causal_models.origin import locate_origin
+from causal_models.interventions import fit_placement
 from causal_models.registry import list_root_causes
 from causal_models.structure import NO_CAUSE, Structure, build_structure, training_labels
 from neuraldbg.errors import NotFittedError
@@ -248,14 +249,16 @@ class ProbabilisticReasoner:
         traces = list(traces)
         if not traces:
             raise ValueError("fit needs at least one trace with ground truth; got none.")
-        rows, families, plain = [], [], []
+        rows, families, plain, placed = [], [], [], []
         for i, trace in enumerate(traces):
             gt = trace.ground_truth
             if not gt:
                 raise ValueError(
                     f"Trace {i} has no meta['ground_truth']; fit on failure-zoo runs "
                     "(experiments.run_scenario) or add the ground truth to the trace meta.")
-            rows.append({**self._discretize(trace).states, **training_labels(gt)})
+            disc = self._discretize(trace)
+            rows.append({**disc.states, **training_labels(gt)})
+            placed.append({**rows[-1], **{f"feature:{k}": v for k, v in disc.features.items()}})
             families.append(str(gt.get("family", f"run{i}")))
             plain.append(_is_plain(gt))
         self.structure_ = build_structure(n_slices=self.n_slices, n_blocks=self.n_blocks,
@@ -272,6 +275,7 @@ class ProbabilisticReasoner:
         self.fit_families_ = sorted(set(families))
         self._inference = None
         self.calibrator_ = self._fit_calibrator(data, weights, families, np.array(plain))
+        self.placement_ = fit_placement(placed)
         return self
 
     def _weights(self, families: Sequence[str]) -> np.ndarray:

@@ -41,6 +41,7 @@ def model_to_dict(reasoner: ProbabilisticReasoner) -> dict[str, Any]:
             "parents": {n: list(v) for n, v in s.parents.items()},
             "roles": dict(s.roles), "cpds": cpds,
             "calibrator": reasoner.calibrator_.to_dict(),
+            "placement": {n: dict(m) for n, m in getattr(reasoner, "placement_", {}).items()},
             "fit": {"n_traces": reasoner.n_fit_traces_, "families": reasoner.fit_families_}}
 
 
@@ -89,5 +90,7 @@ def model_from_dict(cls: type[ProbabilisticReasoner], data: dict[str, Any]
     reasoner.calibrator_ = Calibrator.from_dict(data["calibrator"])
     reasoner.n_fit_traces_ = int(data["fit"]["n_traces"])
     reasoner.fit_families_ = list(data["fit"]["families"])
+    reasoner.placement_ = {n: {k: float(v) for k, v in m.items()}
+                           for n, m in (data.get("placement") or {}).items()}
     reasoner._inference = None
     return reasoner
