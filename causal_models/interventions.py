@@ -65,8 +65,9 @@ KNOBS: dict[str, str] = {
 #: Root-cause strata below this posterior weight are left out of the abduction.
 _MIN_STRATUM = 0.01
 #: Latent level node -> the continuous evidence feature (discretize's ``features``) that places
-#: a run inside its level, and the ``lr_schedule`` it is read under (None: any). The early
-#: update ratio reads a steady rate only; a schedule spike's peak is not in it.
+#: a run inside its level, and the ``lr_schedule`` its medians are fitted on (None: any). The
+#: early update ratio reads a steady rate; a spiked run is placed from it lifted by the
+#: spike's recorded peak over the median rate (``lr_peak``, decades).
 PLACEMENT_FEATURES: dict[str, tuple[str, str | None]] = {
     "lr_level": ("update", "steady"), "init_level": ("fwd_gain", None),
     "input_level": ("input_mag", None)}
@@ -193,8 +194,11 @@ def _offset(reasoner: ProbabilisticReasoner, node: str, state: str,
     medians = (getattr(reasoner, "placement_", None) or {}).get(node)
     feature, schedule = PLACEMENT_FEATURES[node]
     x = features.get(feature, math.nan)
-    if not medians or not math.isfinite(x) or (
-            schedule is not None and evidence.get("lr_schedule") != schedule):
+    # a spiked schedule: the steady rate is read as usual, and the spike lifts it by its
+    # recorded peak over the median rate, in level steps
+    lift = (features.get("lr_peak", math.nan) / LEVEL_WIDTH[node]
+            if schedule == "steady" and evidence.get("lr_schedule") == "spike" else 0.0)
+    if not medians or not math.isfinite(x) or not math.isfinite(lift):
         return 0.0
     states = KNOB_NODES[node]
     idx = np.array([states.index(s) for s in medians], dtype=float)
@@ -204,7 +208,7 @@ def _offset(reasoner: ProbabilisticReasoner, node: str, state: str,
         idx, meds = idx[keep], meds[keep]
     if len(meds) < 2:
         return 0.0
-    position = float(np.interp(x, meds, idx))
+    position = float(np.interp(x, meds, idx)) + lift
     return float(np.clip(position - states.index(state), -0.5, 0.5))
 
 
@@ -440,6 +444,10 @@ def what_if(reasoner: ProbabilisticReasoner, trace: Trace, **knobs: Any) -> Coun
     roles, network = structure.roles, reasoner.network_
     evidence = reasoner.evidence(trace)
     features = dict(reasoner._discretize(trace).features)
+    rates = trace.steps["lr"].to_numpy(dtype=float) if "lr" in trace.steps else np.zeros(0)
+    rates = rates[np.isfinite(rates) & (rates > 0)]
+    features["lr_peak"] = float(np.log10(rates.max() / np.median(rates))) if rates.size \
+        else math.nan
     factual = reasoner.predict_proba(trace)[0]
     classes = list(reasoner.classes_)
     latent = {n for n, r in roles.items() if r in ("latent_knob", "trait")}

@@ -36,9 +36,11 @@ def test_offset_interpolates_the_feature_between_level_medians_within_half_a_lev
     assert _offset(model, "lr_level", "ok", {"update": -1.75}, steady) == 0.25
     assert _offset(model, "lr_level", "high", {"update": -1.75}, steady) == -0.5
     assert _offset(model, "lr_level", "ok", {"update": -2.0}, steady) == 0.0
-    # missing feature, a spiked schedule, or no fitted medians: the level's centre
+    # missing feature (or a spike without its peak), or no fitted medians: the centre
     assert _offset(model, "lr_level", "ok", {"update": math.nan}, steady) == 0.0
-    assert _offset(model, "lr_level", "ok", {"update": -1.75}, {"lr_schedule": "spike"}) == 0.0
+    spike = {"lr_schedule": "spike"}
+    assert _offset(model, "lr_level", "ok", {"update": -2.0, "lr_peak": 0.25}, spike) == 0.25
+    assert _offset(model, "lr_level", "ok", {"update": -1.75}, spike) == 0.0
     assert _offset(model, "init_level", "ok", {"fwd_gain": 3.0}, steady) == 0.0
 
 
