@@ -162,9 +162,14 @@ def load_zoo_traces(paths: list[Path], *, manifest_only: bool = False) -> list[A
     """
     from neuraldbg.trace import load_trace
 
+    return prepare_fit_traces([load_trace(p) for p in paths], manifest_only=manifest_only)
+
+
+def prepare_fit_traces(traces: list[Any], *, manifest_only: bool = False) -> list[Any]:
+    """What :func:`load_zoo_traces` does to traces already loaded (the benchmark's folds)."""
     out = []
-    for p in paths:
-        trace = with_family_labels(load_trace(p))
+    for trace in traces:
+        trace = with_family_labels(trace)
         label = (trace.ground_truth or {}).get("failure_type")
         if label is None:
             continue
