@@ -21,6 +21,20 @@ def tanh_mlp(depth: int = 5, width: int = 32, d_in: int = 16) -> nn.Sequential:
     return nn.Sequential(*layers, nn.Linear(d, 1))
 
 
+def count_syncs(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, steps: int,
+                dbg: ndb.NeuralDbg | None = None) -> int:
+    """``aten._local_scalar_dense`` calls over ``steps`` training steps (under ``dbg`` if given)."""
+    with HostSyncCounter() as mode:
+        for _ in range(steps):
+            opt.zero_grad()
+            loss = model(x).pow(2).mean()
+            loss.backward()
+            opt.step()
+            if dbg is not None:
+                dbg.step(loss)
+    return mode.count
+
+
 def train(model: nn.Module, steps: int, *, input_scale: float = 1.0, lr: float = 0.05,
           every: int = 1, out=None, seed: int = 0) -> ndb.NeuralDbg:
     g = torch.Generator().manual_seed(seed)
@@ -113,20 +127,9 @@ def test_no_host_sync_inside_hooks_between_flushes(model_fn):
     x = torch.randn(8, 1, 8, 8) if is_conv else torch.randn(8, 16)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     # Count syncs for the same loop with and without NeuralDbg: the difference is ours.
-    def loop(dbg=None, n=10):
-        with HostSyncCounter() as mode:
-            for _ in range(n):
-                opt.zero_grad()
-                loss = model(x).pow(2).mean()
-                loss.backward()
-                opt.step()
-                if dbg is not None:
-                    dbg.step(loss)
-        return mode.count
-
-    without = loop()
+    without = count_syncs(model, opt, x, 10)
     with ndb.NeuralDbg(model, optimizer=opt, flush_every=1000) as dbg:
-        with_dbg = loop(dbg)
+        with_dbg = count_syncs(model, opt, x, 10, dbg)
     assert with_dbg == without, (with_dbg, without)
     assert len(dbg.trace.steps) == 10
 
@@ -208,23 +211,10 @@ def test_tensor_learning_rate_adds_no_host_sync():
     model = nn.Sequential(nn.Linear(4, 4), nn.Tanh(), nn.Linear(4, 1))
     opt = torch.optim.Adam(model.parameters(), lr=torch.tensor(1e-3))
     x = torch.randn(8, 4)
-    counts = []
-    for use in (False, True):
-        dbg = ndb.NeuralDbg(model, optimizer=opt, flush_every=1000) if use else None
-        if dbg is not None:
-            dbg.__enter__()
-        with HostSyncCounter() as mode:
-            for _ in range(5):
-                opt.zero_grad()
-                loss = model(x).pow(2).mean()
-                loss.backward()
-                opt.step()
-                if dbg is not None:
-                    dbg.step(loss)
-        if dbg is not None:
-            dbg.__exit__(None, None, None)
-        counts.append(mode.count)
-    assert counts[1] == counts[0]
+    without = count_syncs(model, opt, x, 5)
+    with ndb.NeuralDbg(model, optimizer=opt, flush_every=1000) as dbg:
+        with_dbg = count_syncs(model, opt, x, 5, dbg)
+    assert with_dbg == without, (with_dbg, without)
     np.testing.assert_allclose(dbg.trace.steps["lr"], 1e-3, rtol=1e-6)
 
 
