@@ -173,19 +173,29 @@ def task_folds(folds: list[dict[str, Any]], latency: bool) -> dict[str, Any]:
     Each fold is ``{split, fold, fit_paths, score_paths, cases}``. The folds of one task share
     loaded traces, so the model's per-trace evidence is computed once, not once per fold.
     """
+    from causal_models.fit_default import prepare_fit_traces
+
     cache: dict[str, Any] = {}
+    prepared: dict[str, Any] = {}
 
     def get(path: str) -> Any:
         if path not in cache:
             cache[path] = load(path)
         return cache[path]
 
-    return {"folds": [_one_fold(f, get, latency) for f in folds]}
+    def get_fit(path: str) -> Any:
+        """The trace prepared as the shipped model's fit prepares it (family labels), or
+        None for a run whose outcome the zoo does not declare or show; once per run."""
+        if path not in prepared:
+            kept = prepare_fit_traces([get(path)], manifest_only=True)
+            prepared[path] = kept[0] if kept else None
+        return prepared[path]
+
+    return {"folds": [_one_fold(f, get, get_fit, latency) for f in folds]}
 
 
-def _one_fold(f: dict[str, Any], get: Any, latency: bool) -> dict[str, Any]:
+def _one_fold(f: dict[str, Any], get: Any, get_fit: Any, latency: bool) -> dict[str, Any]:
     from causal_models import ProbabilisticReasoner
-    from causal_models.fit_default import prepare_fit_traces
 
     split, fold = f["split"], f["fold"]
     out: dict[str, Any] = {"split": split, "fold": fold, "records": [], "whatif": [],
@@ -193,10 +203,8 @@ def _one_fold(f: dict[str, Any], get: Any, latency: bool) -> dict[str, Any]:
                            "fit_runs": _json(f["fit_paths"])}
     try:
         t0 = time.perf_counter()
-        # the same preparation as the shipped model's fit (causal_models.fit_default): family
-        # labels added, runs whose outcome the zoo does not declare or show left out
-        model = ProbabilisticReasoner(**f.get("fit_params", {})).fit(
-            prepare_fit_traces([get(p) for p in f["fit_paths"]], manifest_only=True))
+        train = [t for t in map(get_fit, f["fit_paths"]) if t is not None]
+        model = ProbabilisticReasoner(**f.get("fit_params", {})).fit(train)
         out["fit_s"] = time.perf_counter() - t0
     except Exception as exc:
         out["error"] = f"fit failed: {type(exc).__name__}: {exc}\n{traceback.format_exc(limit=3)}"

@@ -182,7 +182,7 @@ class ActivationBatch:
         return plan
 
     def close(self, act: torch.Tensor, max_abs: torch.Tensor, den: np.ndarray) -> None:
-        """Add the step's statistics into one step's buffer rows, then reset.
+        """Add the step's statistics into one step's buffer rows (the caller then resets).
 
         Parameters
         ----------
@@ -209,4 +209,3 @@ class ActivationBatch:
                                         torch.stack([c for _, c in self._softmax])
                                         .to(torch.float32))
         den[:, :len(DEN) - 1] += plan.den
-        self.reset()
