@@ -15,8 +15,8 @@ import numpy as np
 from causal_models.discretize import NORMALIZATION_STATES, Bins
 from neuraldbg.trace import Trace
 
-__all__ = ["observe_knobs", "clip_share", "clipping_state", "rule_verdict", "RULE_HEALTHY",
-           "RULE_NO_CAUSE"]
+__all__ = ["observe_knobs", "clip_share", "clipping_state", "rule_verdict", "rule_strength",
+           "RULE_HEALTHY", "RULE_NO_CAUSE", "RULE_STRENGTH_STATES", "RULE_STRENGTH_EDGES"]
 
 _ACT_TYPES = {
     "ReLU": "relu", "ReLU6": "relu", "ELU": "relu", "CELU": "relu", "SELU": "relu",
@@ -160,32 +160,49 @@ def observe_knobs(trace: Trace, bins: Bins | None = None) -> dict[str, str]:
 #: States of the rule-evidence nodes that are not failure types or root causes.
 RULE_HEALTHY = "healthy"
 RULE_NO_CAUSE = "none"
+#: How strongly the rules back their top hypothesis: ``none`` (no hypothesis at all), then
+#: its confidence against :data:`RULE_STRENGTH_EDGES`.
+RULE_STRENGTH_STATES: tuple[str, ...] = ("none", "weak", "moderate", "strong", "certain")
+#: Confidence edges between weak | moderate | strong | certain; 0.5 is the contract's
+#: healthy threshold, so ``weak`` and ``moderate`` are verdicts the rules call healthy.
+RULE_STRENGTH_EDGES: tuple[float, float, float] = (0.3, 0.5, 0.8)
 
 
-def rule_verdict(trace: Trace, threshold: float = 0.5) -> dict[str, str]:
-    """The heuristic reasoner's verdict on a trace, as evidence for the network.
+def rule_strength(confidence: float, edges: tuple[float, float, float] = RULE_STRENGTH_EDGES
+                  ) -> str:
+    """The ``rule_strength`` state of a top hypothesis of confidence ``confidence``."""
+    i = int(np.searchsorted(np.asarray(edges, dtype=float), float(confidence), side="right"))
+    return RULE_STRENGTH_STATES[1 + i]
 
-    The rules are a noisy sensor of the failure and its cause: ``rule_failure`` is the top
-    hypothesis's failure type when its confidence reaches ``threshold`` (else
-    ``"healthy"``), ``rule_cause`` its root cause (else ``"none"``). The network learns how
-    far to trust them (P(rule verdict | truth)) from the zoo, starting from a prior that
-    trusts them.
+
+def rule_verdict(trace: Trace) -> dict[str, str]:
+    """The heuristic reasoner's verdict on a trace, as graded evidence for the network.
+
+    The rules are a noisy sensor of the failure and its cause. ``rule_failure`` and
+    ``rule_cause`` are the top hypothesis's failure type and root cause *whatever its
+    confidence* (``"healthy"`` / ``"none"`` only when the rules name no hypothesis at all),
+    and ``rule_strength`` grades that confidence (:func:`rule_strength`). A verdict under
+    the contract's 0.5 line is still evidence: the rules list a weak explosion on healthy
+    runs rarely, and on runs whose fault shows mildly often, and the cause they name there
+    is usually the true one. The network learns how far to trust each grade
+    (P(rule verdict | truth)) from the zoo, starting from a prior that trusts the stronger
+    grades more.
 
     Parameters
     ----------
     trace : Trace
-    threshold : float, default=0.5
-        The contract's healthy threshold.
 
     Returns
     -------
     dict
-        ``{"rule_failure": ..., "rule_cause": ...}``.
+        ``{"rule_failure": ..., "rule_cause": ..., "rule_strength": ...}``.
     """
     from neuraldbg.methods import get_method
 
     hyps = get_method("heuristic").explain(trace)
-    if not hyps or max(float(h.confidence) for h in hyps) < threshold:
-        return {"rule_failure": RULE_HEALTHY, "rule_cause": RULE_NO_CAUSE}
+    if not hyps:
+        return {"rule_failure": RULE_HEALTHY, "rule_cause": RULE_NO_CAUSE,
+                "rule_strength": RULE_STRENGTH_STATES[0]}
     top = max(hyps, key=lambda h: float(h.confidence))
-    return {"rule_failure": top.failure_type, "rule_cause": top.root_cause}
+    return {"rule_failure": top.failure_type, "rule_cause": top.root_cause,
+            "rule_strength": rule_strength(float(top.confidence))}

@@ -110,8 +110,9 @@ class ProbabilisticReasoner:
         ``explain`` lists the most probable failure type and the others with at least this
         posterior.
     rule_evidence : bool, default=True
-        Observe the heuristic reasoner's verdict as evidence (``rule_failure``,
-        ``rule_cause``), so the fitted tables learn how far to trust the rules.
+        Observe the heuristic reasoner's graded verdict as evidence (``rule_strength``,
+        ``rule_failure``, ``rule_cause``), so the fitted tables learn how far to trust the
+        rules at each grade.
     rule_trust : float, default=0.9
         Prior probability that the rules name the truth (before fitting).
     bins : Bins, optional

@@ -48,6 +48,7 @@ from causal_models.discretize import (
     UPDATE_STATES,
     slice_node,
 )
+from causal_models.evidence import RULE_STRENGTH_STATES
 from causal_models.registry import (
     CONTEXT_NODES,
     KNOB_NODES,
@@ -177,6 +178,69 @@ def _table(node: str, states: tuple[str, ...], parents: tuple[str, ...],
     return strength * arr
 
 
+#: Prior P(rule_strength | failure type): the rules name nothing on most healthy runs and back
+#: most failures strongly (the fitted tables learn the real shares from the zoo).
+_STRENGTH_PRIOR: dict[bool, dict[str, float]] = {
+    False: {"none": 0.85, "weak": 0.08, "moderate": 0.04, "strong": 0.02, "certain": 0.01},
+    True: {"none": 0.05, "weak": 0.05, "moderate": 0.1, "strong": 0.3, "certain": 0.5},
+}
+#: Prior probability that the rules' top failure type is the true one, per strength, as a
+#: share of ``rule_trust`` (which applies to a ``certain`` verdict).
+_STRENGTH_TRUST: dict[str, float] = {"weak": 0.55, "moderate": 0.65, "strong": 0.85,
+                                     "certain": 1.0}
+
+
+def _rule_nodes(states: dict[str, tuple[str, ...]], parents: dict[str, tuple[str, ...]],
+                roles: dict[str, str], rows: dict[str, Any], ft_states: tuple[str, ...],
+                rc_states: tuple[str, ...], rule_trust: float) -> None:
+    """The rules' verdict as three nodes: how strongly they back their top hypothesis
+    (``rule_strength`` <- failure_type), the failure type it names (``rule_failure`` <-
+    failure_type, rule_strength) and its cause (``rule_cause`` <- root_cause, rule_failure).
+
+    A verdict under the contract's 0.5 line still names a failure type and a cause; only a
+    run where the rules name no hypothesis at all reads ``healthy`` / ``none``, so the one
+    observation is not counted twice (once per node).
+    """
+    strengths = RULE_STRENGTH_STATES
+    states["rule_strength"], parents["rule_strength"] = strengths, ("failure_type",)
+    rows["rule_strength"] = (lambda **kw: _normalised(
+        _STRENGTH_PRIOR[kw["failure_type"] != HEALTHY], strengths, 0.01))
+    states["rule_failure"] = ft_states
+    parents["rule_failure"] = ("failure_type", "rule_strength")
+    named_ft = [x for x in ft_states if x != HEALTHY]
+
+    def rule_failure_row(failure_type: str, rule_strength: str) -> np.ndarray:
+        if rule_strength == strengths[0]:
+            return np.array([1.0 if x == HEALTHY else 1e-3 for x in ft_states])
+        if failure_type == HEALTHY:  # a hypothesis on a healthy run names any failure
+            return np.array([1e-3 if x == HEALTHY else 1.0 for x in ft_states])
+        trust = rule_trust * _STRENGTH_TRUST[rule_strength]
+        return np.array([1e-3 if x == HEALTHY else trust if x == failure_type
+                         else (1 - trust) / (len(named_ft) - 1) for x in ft_states])
+
+    rows["rule_failure"] = rule_failure_row
+    states["rule_cause"], parents["rule_cause"] = rc_states, ("root_cause", "rule_failure")
+    named = [x for x in rc_states if x != NO_CAUSE]
+
+    def rule_cause_row(root_cause: str, rule_failure: str) -> np.ndarray:
+        if rule_failure == HEALTHY:
+            return np.array([1.0 if x == NO_CAUSE else 1e-3 for x in rc_states])
+        if root_cause in named and root_cause != _ABSTAIN and _ABSTAIN in named:
+            # "unknown" from the rules is an abstention, as likely under any true cause:
+            # not the evidence against it that naming another cause is
+            abstain = (1 - rule_trust) * _ABSTAIN_SHARE
+            other = (1 - rule_trust - abstain) / (len(named) - 2)
+            return np.array([0.0 if x == NO_CAUSE else rule_trust if x == root_cause
+                             else abstain if x == _ABSTAIN else other
+                             for x in rc_states]) + 1e-3
+        return np.array([0.0 if x == NO_CAUSE else rule_trust if x == root_cause
+                         else (1 - rule_trust) / (len(named) - 1) for x in rc_states]) + 1e-3
+
+    rows["rule_cause"] = rule_cause_row
+    for node in ("rule_strength", "rule_failure", "rule_cause"):
+        roles[node] = "rule_evidence"
+
+
 def build_structure(*, n_slices: int = 4, n_blocks: int = 3, prior_strength: float = 5.0,
                     persistence: float = 4.0, coupling: float = 2.0,
                     rule_evidence: bool = True, rule_trust: float = 0.7) -> Structure:
@@ -193,9 +257,10 @@ def build_structure(*, n_slices: int = 4, n_blocks: int = 3, prior_strength: flo
     coupling : float, default=2.0
         Prior odds multiplier for a slice node taking its upstream neighbour block's state.
     rule_evidence : bool, default=True
-        Add ``rule_failure`` (child of ``failure_type``) and ``rule_cause`` (child of
-        ``root_cause`` and ``rule_failure``): the heuristic reasoner's verdict as a noisy
-        sensor of the truth.
+        Add ``rule_strength`` (child of ``failure_type``), ``rule_failure`` (child of
+        ``failure_type`` and ``rule_strength``) and ``rule_cause`` (child of ``root_cause``
+        and ``rule_failure``): the heuristic reasoner's graded verdict as a noisy sensor of
+        the truth.
     rule_trust : float, default=0.7
         Prior probability that the rules name the true failure type / cause. Of the rest,
         half goes to the rules' abstention (``unknown``), as likely under any true cause.
@@ -289,34 +354,9 @@ def build_structure(*, n_slices: int = 4, n_blocks: int = 3, prior_strength: flo
 
     rows["failure_type"] = ft_row
 
-    # The rules' verdict: a sensor of the failure type and of the cause.
+    # The rules' verdict: a graded sensor of the failure type and of the cause.
     if rule_evidence:
-        states["rule_failure"], parents["rule_failure"] = ft_states, ("failure_type",)
-        roles["rule_failure"] = "rule_evidence"
-        rows["rule_failure"] = (lambda **kw: np.array(
-            [rule_trust if x == kw["failure_type"] else (1 - rule_trust) / (len(ft_states) - 1)
-             for x in ft_states]))
-        # The rules' cause comes with their failure verdict: a "healthy" verdict names no
-        # cause, so the one observation is not counted twice (once per node).
-        states["rule_cause"], parents["rule_cause"] = rc_states, ("root_cause", "rule_failure")
-        roles["rule_cause"] = "rule_evidence"
-
-        def rule_cause_row(root_cause: str, rule_failure: str) -> np.ndarray:
-            if rule_failure == HEALTHY:
-                return np.array([1.0 if x == NO_CAUSE else 1e-3 for x in rc_states])
-            named = [x for x in rc_states if x != NO_CAUSE]
-            if root_cause in named and root_cause != _ABSTAIN and _ABSTAIN in named:
-                # "unknown" from the rules is an abstention, as likely under any true cause:
-                # not the evidence against it that naming another cause is
-                abstain = (1 - rule_trust) * _ABSTAIN_SHARE
-                other = (1 - rule_trust - abstain) / (len(named) - 2)
-                return np.array([0.0 if x == NO_CAUSE else rule_trust if x == root_cause
-                                 else abstain if x == _ABSTAIN else other
-                                 for x in rc_states]) + 1e-3
-            return np.array([0.0 if x == NO_CAUSE else rule_trust if x == root_cause
-                             else (1 - rule_trust) / (len(named) - 1) for x in rc_states]) + 1e-3
-
-        rows["rule_cause"] = rule_cause_row
+        _rule_nodes(states, parents, roles, rows, ft_states, rc_states, rule_trust)
 
     # Run-level evidence on the failure.
     by_mode = {m.name: m for m in modes}
