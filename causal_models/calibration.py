@@ -263,7 +263,7 @@ def fit_calibrator(method: Literal["temperature", "isotonic", "none"], probs: np
         return Calibrator("none", n_fit=int(len(y)))
     if method == "temperature":
         k = probs.shape[1]
-        best: tuple[tuple[float, float], float, float] | None = None
+        candidates: list[tuple[float, float, float, float, float]] = []
         shrinks = np.linspace(0.0, 0.1, 11) if healthy is not None else np.zeros(1)
         for t in np.geomspace(0.25, 50.0, 31):
             tempered = _temper(probs, float(t))
@@ -275,13 +275,18 @@ def fit_calibrator(method: Literal["temperature", "isotonic", "none"], probs: np
                     if healthy is not None:
                         label, conf = verdict(q, healthy)
                         gap += _binary_ece(conf, label == y)
-                    key = (round(gap, 4), brier_score(q, y))
-                    if best is None or key < best[0]:
-                        best = (key, float(t), float(eps), float(shrink))
-        assert best is not None
-        return Calibrator("temperature", temperature=best[1], epsilon=best[2],
-                          n_fit=int(len(y)), healthy=-1 if healthy is None else int(healthy),
-                          healthy_shrink=best[3])
+                    candidates.append((gap, negative_log_likelihood(q, y), float(t),
+                                       float(eps), float(shrink)))
+        # ECE on n runs moves by up to 1/n when one run's confidence moves: candidates
+        # within that of the best are equally good by it, and the log-likelihood (a proper
+        # score) chooses among them, which keeps confidences off 0 and 1 where the
+        # held-out runs do not support them
+        floor = min(c[0] for c in candidates) + 1.0 / len(y)
+        _, _, t, eps, shrink = min((c for c in candidates if c[0] <= floor),
+                                   key=lambda c: (c[1], c[0]))
+        return Calibrator("temperature", temperature=t, epsilon=eps, n_fit=int(len(y)),
+                          healthy=-1 if healthy is None else int(healthy),
+                          healthy_shrink=shrink)
     from sklearn.isotonic import IsotonicRegression
 
     tables = []

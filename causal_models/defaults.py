@@ -120,15 +120,21 @@ def _init_small(init_level: str, normalization: str) -> float:
     return base if normalization == "none" else base * 0.15
 
 
-@register_root_cause("saturating_activation", parents=("activation", "depth", "normalization"),
+@register_root_cause("saturating_activation",
+                     parents=("activation", "depth", "normalization", "sigmoid_decay"),
                      knob="activation",
                      failure_types={"vanishing_gradients": 1.0, "saturated_activations": 0.8,
                                     "training_plateau": 0.2},
                      description="sigmoid/tanh derivatives shrink the gradient at every layer")
-def _saturating(activation: str, depth: str, normalization: str) -> float:
-    if activation not in ("sigmoid", "tanh"):
+def _saturating(activation: str, depth: str, normalization: str, sigmoid_decay: str) -> float:
+    if activation == "sigmoid":
+        # a sigmoid passes at most a quarter of the signal per layer, times the weights'
+        # gain: what stalls the stack is the decay over its depth, not its depth alone
+        p = {"mild": 0.1, "strong": 0.7, "severe": 0.9}[sigmoid_decay]
+    elif activation == "tanh":
+        p = 0.7 if depth == "deep" else 0.15
+    else:
         return 0.01
-    p = 0.7 if depth == "deep" else 0.15
     return p if normalization == "none" else p * 0.3
 
 
@@ -186,6 +192,8 @@ def _missing_norm(normalization: str, depth: str, clipping: str) -> float:
                      # stall with gradient spikes (the exploding signature's impact term)
                      failure_types={"exploding_gradients": 1.0, "loss_divergence": 0.7,
                                     "training_plateau": 0.3},
+                     # the bursts themselves, whatever the loss shows
+                     signs={"spikes": {"spiky": 0.02, "extreme": 0.02}},
                      description="rare huge gradients (long recurrences) reach the update")
 def _missing_clip(clipping: str, arch: str, lr_level: str, init_level: str) -> float:
     if clipping != "none":

@@ -136,6 +136,10 @@ class Bins:
         A recorded learning rate above this multiple of its median is a schedule spike.
     deep_layers : int
         Weighted layers from which a model counts as ``deep``.
+    sigmoid_decay_edges : tuple of float
+        Decades by which a stack of sigmoid units with this run's depth and weight gain would
+        shrink the backward signal (:func:`causal_models.evidence.sigmoid_decay`):
+        mild | strong | severe.
     progress_edges : tuple of float
         Final over early loss: learned | partial | none | worse.
     spike_edges : tuple of float
@@ -173,6 +177,7 @@ class Bins:
     input_scale_raw: float = 10.0
     lr_spike_factor: float = 3.0
     deep_layers: int = 8
+    sigmoid_decay_edges: tuple[float, float] = (-1.75, -3.5)
     progress_edges: tuple[float, float, float] = (0.5, 0.7, 1.05)
     spike_edges: tuple[float, float] = (1.0, 2.5)
     grad_ratio_edges: tuple[float, float, float] = (-10.0, -2.0, 1.5)

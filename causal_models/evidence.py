@@ -9,13 +9,15 @@ Reasoner's top hypothesis. Nothing here reads ``trace.meta["ground_truth"]``.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
 from causal_models.discretize import NORMALIZATION_STATES, Bins
 from neuraldbg.trace import Trace
 
-__all__ = ["observe_knobs", "clip_share", "clipping_state", "rule_verdict", "rule_strength",
+__all__ = ["observe_knobs", "observe_stack", "sigmoid_decay", "clip_share", "clipping_state",
+           "sigmoid_decay_state", "rule_verdict", "rule_strength",
            "RULE_HEALTHY", "RULE_NO_CAUSE", "RULE_STRENGTH_STATES", "RULE_STRENGTH_EDGES"]
 
 _ACT_TYPES = {
@@ -157,6 +159,76 @@ def observe_knobs(trace: Trace, bins: Bins | None = None) -> dict[str, str]:
             "input_config": input_config, "lr_schedule": "spike" if spike else "steady"}
 
 
+#: Largest slope of the logistic sigmoid (at 0): each sigmoid layer passes at most this share
+#: of the backward signal, times its weights' gain (Glorot and Bengio, 2010).
+SIGMOID_SLOPE = 0.25
+_LAYER_TYPES = ("Linear", "Conv", "Bilinear", "LazyLinear")
+
+
+def sigmoid_decay(init_gain: float, hidden_layers: int) -> float:
+    """Decades by which a stack of sigmoid units would shrink the backward signal.
+
+    Each hidden layer scales the gradient by at most ``SIGMOID_SLOPE`` times its weights'
+    gain, so ``hidden_layers`` of them shrink it by ``hidden_layers * log10(0.25 * gain)``
+    decades: about -1.4 for three sigmoid layers of He-initialised 64-unit weights (gain
+    1.4), which still train, and -2.6 for the same with PyTorch's default init (gain 0.57),
+    which stall. It describes the run's depth and weights, whatever its activation is, so a
+    what-if that swaps the activation for a sigmoid can ask how that stack would fare.
+
+    Parameters
+    ----------
+    init_gain : float
+        Median std(output)/rms(input) of the run's Linear/Conv layers at its first step
+        (``neuraldbg.causes.RunFacts.init_gain``).
+    hidden_layers : int
+        Weighted layers between the first and the output layer's input (weighted layers - 1).
+
+    Returns
+    -------
+    float
+        Non-positive decades (0 without hidden layers); NaN when the gain is unknown.
+    """
+    if hidden_layers <= 0:
+        return 0.0
+    if not (math.isfinite(init_gain) and init_gain > 0):
+        return float("nan")
+    return float(hidden_layers * math.log10(SIGMOID_SLOPE * init_gain))
+
+
+def sigmoid_decay_state(decades: float, bins: Bins | None = None) -> str:
+    """The ``sigmoid_decay`` node's state: ``mild``, ``strong`` or ``severe``."""
+    bins = bins or Bins()
+    strong, severe = bins.sigmoid_decay_edges
+    if not math.isfinite(decades) or decades > strong:
+        return "mild"
+    return "strong" if decades > severe else "severe"
+
+
+def observe_stack(trace: Trace, facts: Any, bins: Bins | None = None
+                  ) -> tuple[dict[str, str], dict[str, float]]:
+    """The ``sigmoid_decay`` context state of a run and the features behind it.
+
+    Parameters
+    ----------
+    trace : Trace
+    facts : neuraldbg.causes.RunFacts
+        The heuristic reasoner's run facts (its measured init gain).
+    bins : Bins, optional
+
+    Returns
+    -------
+    states : dict
+        ``{"sigmoid_decay": state}``.
+    features : dict
+        ``sigmoid_decay`` (decades, :func:`sigmoid_decay`) and ``hidden_layers``.
+    """
+    types = trace.modules["module_type"].astype(str).tolist()
+    hidden = max(0, sum(t.startswith(_LAYER_TYPES) for t in types) - 1)
+    decades = sigmoid_decay(float(facts.init_gain), hidden)
+    return ({"sigmoid_decay": sigmoid_decay_state(decades, bins)},
+            {"sigmoid_decay": decades, "hidden_layers": float(hidden)})
+
+
 #: States of the rule-evidence nodes that are not failure types or root causes.
 RULE_HEALTHY = "healthy"
 RULE_NO_CAUSE = "none"
@@ -175,7 +247,7 @@ def rule_strength(confidence: float, edges: tuple[float, float, float] = RULE_ST
     return RULE_STRENGTH_STATES[1 + i]
 
 
-def rule_verdict(trace: Trace) -> dict[str, str]:
+def rule_verdict(trace: Trace, hypotheses: list[Any] | None = None) -> dict[str, str]:
     """The heuristic reasoner's verdict on a trace, as graded evidence for the network.
 
     The rules are a noisy sensor of the failure and its cause. ``rule_failure`` and
@@ -191,6 +263,8 @@ def rule_verdict(trace: Trace) -> dict[str, str]:
     Parameters
     ----------
     trace : Trace
+    hypotheses : list of Hypothesis, optional
+        The heuristic reasoner's hypotheses on ``trace`` when already computed.
 
     Returns
     -------
@@ -199,7 +273,7 @@ def rule_verdict(trace: Trace) -> dict[str, str]:
     """
     from neuraldbg.methods import get_method
 
-    hyps = get_method("heuristic").explain(trace)
+    hyps = get_method("heuristic").explain(trace) if hypotheses is None else hypotheses
     if not hyps:
         return {"rule_failure": RULE_HEALTHY, "rule_cause": RULE_NO_CAUSE,
                 "rule_strength": RULE_STRENGTH_STATES[0]}

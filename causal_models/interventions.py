@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from causal_models.evidence import sigmoid_decay_state
 from causal_models.registry import KNOB_NODES
 from causal_models.structure import LEVEL_NODES, LEVEL_WIDTH
 from neuraldbg.records import HEALTHY
@@ -463,6 +464,12 @@ def what_if(reasoner: ProbabilisticReasoner, trace: Trace, **knobs: Any) -> Coun
         acted["normalization"] = changes["normalization"]
     moves = {node: math.log10(changes[knob]) / LEVEL_WIDTH[node]
              for node, knob in LEVEL_NODES.items() if knob in changes}
+    if "init_scale" in changes and "sigmoid_decay" in evidence:
+        # scaled weights scale every hidden layer's gain
+        decades = features.get("sigmoid_decay", math.nan) + features.get(
+            "hidden_layers", 0.0) * math.log10(changes["init_scale"])
+        if math.isfinite(decades):
+            acted["sigmoid_decay"] = sigmoid_decay_state(decades, reasoner.bins)
 
     faults = sorted(n for n, r in roles.items() if r == "fault")
     # The faults are dependent given the evidence (co-parents of the root cause: a failing

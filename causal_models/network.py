@@ -29,12 +29,13 @@ import pandas as pd
 
 from causal_models.calibration import Calibrator, fit_calibrator
 from causal_models.discretize import Bins, Discretized, discretize
-from causal_models.evidence import RULE_NO_CAUSE, observe_knobs, rule_verdict
+from causal_models.evidence import RULE_NO_CAUSE, observe_knobs, observe_stack, rule_verdict
 from causal_models.origin import locate_origin
 from causal_models.interventions import fit_placement
 from causal_models.registry import list_root_causes
 from causal_models.structure import NO_CAUSE, Structure, build_structure, training_labels
 from neuraldbg.errors import NotFittedError
+from neuraldbg.methods import diagnose
 from neuraldbg.records import HEALTHY, Hypothesis
 from neuraldbg.trace import Trace
 
@@ -212,8 +213,12 @@ class ProbabilisticReasoner:
     def _discretize_uncached(self, trace: Trace) -> Discretized:
         disc = discretize(trace, n_slices=self.n_slices, n_blocks=self.n_blocks, bins=self.bins)
         disc.states.update(observe_knobs(trace, self.bins))
+        diagnosis = diagnose(trace)  # the heuristic reasoner: its verdict and run facts
+        stack, stack_features = observe_stack(trace, diagnosis.facts, self.bins)
+        disc.states.update(stack)
+        disc.features.update(stack_features)
         if self.rule_evidence:
-            verdict = rule_verdict(trace)
+            verdict = rule_verdict(trace, diagnosis.hypotheses)
             causes = set(self._cause_states())
             if verdict["rule_cause"] not in causes:
                 verdict["rule_cause"] = "unknown" if verdict["rule_cause"] != RULE_NO_CAUSE \

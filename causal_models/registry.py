@@ -69,6 +69,9 @@ CONTEXT_NODES: dict[str, tuple[str, ...]] = {
     "depth": ("shallow", "deep"),
     "lr_schedule": ("steady", "spike"),
     "arch": ("feedforward", "convolutional", "recurrent", "attention"),
+    # how far a stack of sigmoid units with this depth and weight gain would shrink the
+    # backward signal (causal_models.evidence.sigmoid_decay)
+    "sigmoid_decay": ("mild", "strong", "severe"),
 }
 
 
@@ -143,11 +146,13 @@ class RootCause:
     description : str
         One line for reports.
     signs : dict
-        Knob-evidence node (``fwd_gain``, ``update``, ``input_mag``, ...) -> weights over its
-        states, for evidence the fault produces itself: the fault node becomes a parent of
-        that node, so the evidence can be explained by the fault instead of by a knob level
-        (a residual stack without normalization grows the forward gain as a too-large init
-        does).
+        Knob-evidence node (``fwd_gain``, ``update``, ``input_mag``, ...) or run-evidence
+        node (``spikes``, ``progress``, ``grad_ratio``) -> weights over its states, for
+        evidence the fault produces itself: the fault node becomes a parent of that node, so
+        the evidence can be explained by the fault instead of by a knob level (a residual
+        stack without normalization grows the forward gain as a too-large init does) or by
+        the failure type alone (a recurrence without clipping bursts whether or not the loss
+        stalls).
     """
 
     name: str

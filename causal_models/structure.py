@@ -112,6 +112,10 @@ _KNOB_EVIDENCE: dict[str, tuple[str, tuple[str, ...], dict[str, dict[str, float]
         "ok": {"normal": 1.0}, "large": {"large": 1.0, "normal": 0.5},
         "very_large": {"large": 1.0}}),
 }
+#: Run-level evidence on the failure (children of ``failure_type``; a cause's ``signs`` may
+#: add its fault as a parent).
+_RUN_EVIDENCE: dict[str, tuple[str, ...]] = {
+    "progress": PROGRESS_STATES, "spikes": SPIKE_STATES, "grad_ratio": GRAD_RATIO_STATES}
 #: Knob evidence that reads a steady learning rate (uninformative about the level a schedule
 #: spike reaches: the node also hangs on ``lr_schedule``).
 _STEADY_RATE_EVIDENCE: frozenset[str] = frozenset({"update", "lr_config"})
@@ -290,11 +294,12 @@ def build_structure(*, n_slices: int = 4, n_blocks: int = 3, prior_strength: flo
             states[trait], parents[trait], roles[trait] = tuple(sts), (), "trait"
             rows[trait] = (lambda s=tuple(sts): _normalised({s[0]: 8.0}, s, 1.0))
     # Knob evidence.
+    signed = {*_KNOB_EVIDENCE, *_RUN_EVIDENCE}
     for cause in causes:
-        unknown = sorted(set(cause.signs) - set(_KNOB_EVIDENCE))
+        unknown = sorted(set(cause.signs) - signed)
         if unknown:
             raise ValueError(f"Root cause {cause.name!r} gives signs on {unknown}; valid "
-                             f"knob-evidence nodes are: {sorted(_KNOB_EVIDENCE)}.")
+                             f"evidence nodes for signs are: {sorted(signed)}.")
     for node, (parent, sts, table) in _KNOB_EVIDENCE.items():
         signs = {c.fault_node: c.signs[node] for c in causes if node in c.signs}
         states[node], roles[node] = sts, "knob_evidence"
@@ -358,13 +363,25 @@ def build_structure(*, n_slices: int = 4, n_blocks: int = 3, prior_strength: flo
     if rule_evidence:
         _rule_nodes(states, parents, roles, rows, ft_states, rc_states, rule_trust)
 
-    # Run-level evidence on the failure.
+    # Run-level evidence on the failure, and on the faults that sign it.
     by_mode = {m.name: m for m in modes}
-    for node, sts in (("progress", PROGRESS_STATES), ("spikes", SPIKE_STATES),
-                      ("grad_ratio", GRAD_RATIO_STATES)):
-        states[node], parents[node], roles[node] = sts, ("failure_type",), "run_evidence"
-        rows[node] = (lambda _n=node, _s=sts, **kw: np.array(
-            by_mode[kw["failure_type"]].weights(_n, (), _s)))
+    for node, sts in _RUN_EVIDENCE.items():
+        signs = {c.fault_node: c.signs[node] for c in causes if node in c.signs}
+        states[node], roles[node] = sts, "run_evidence"
+        parents[node] = tuple(sorted(("failure_type", *signs)))
+
+        def run_row(_n=node, _s=sts, _signs=signs, **kw: str) -> np.ndarray:
+            # the failure mode's signature, joined (state-wise max, on its own scale) with
+            # the signs of the faults present: a fault may produce this evidence whatever
+            # the failure it shows (bursts from a missing clip under a stalled loss)
+            base = np.array(by_mode[kw["failure_type"]].weights(_n, (), _s))
+            base = base / base.max()
+            for fault, sign in _signs.items():
+                if kw[fault] == "yes":
+                    base = np.maximum(base, [sign.get(x, 0.0) for x in _s])
+            return base / base.sum()
+
+        rows[node] = run_row
 
     # Slice nodes.
     kinds = {"loss": LOSS_STATES, "grad": GRAD_STATES, "act": ACT_STATES}
