@@ -14,7 +14,9 @@ folds):
   to minimise the expected calibration error of the held-out predictions (15 bins), of the
   class probabilities plus, when the healthy class is named, of the *verdict*
   (:func:`verdict`: the failure type with the largest posterior when it reaches 0.5, else
-  healthy with one minus it; the confidence a user reads), ties broken by the Brier score.
+  healthy with one minus it; the confidence a user reads). ECE moves by up to 1/n when
+  one of n runs moves, so the grid points within 1/n of the best ECE count as tied and
+  the negative log-likelihood chooses among them (it keeps confidences off 0 and 1).
   ECE rather than the Brier score or the NLL, because on a few dozen held-out runs with a
   few confident misses those proper scores are ruled by the misses and flatten every
   prediction (measured: T = 2.3 made the correct runs' confidence too low and the verdict
@@ -243,8 +245,8 @@ def fit_calibrator(method: Literal["temperature", "isotonic", "none"], probs: np
     y : array of shape (n,)
         True class indices.
     healthy : int, optional
-        Column of the healthy class: ``temperature`` then also minimises the Brier score of
-        the verdict's confidence (:func:`verdict`).
+        Column of the healthy class: ``temperature`` then also minimises the ECE of the
+        verdict's confidence (:func:`verdict`).
 
     Returns
     -------
