@@ -18,16 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from experiments.runner import zoo_fingerprint
 from neuraldbg.trace import Trace, load_trace
 
 __all__ = ["RunSpec", "zoo_fingerprint", "run_path", "is_finished", "execute_run",
            "run_outcome", "truncate_trace"]
-
-_FINGERPRINT_SOURCES = ("experiments", "neuraldbg/capture.py", "neuraldbg/trace.py",
-                        "neuraldbg/statistics.py", "neuraldbg/activation_batch.py",
-                        "neuraldbg/param_norms.py", "neuraldbg/module_table.py",
-                        "neuraldbg/host_values.py")
-
 
 @dataclass(frozen=True, slots=True)
 class RunSpec:
@@ -68,20 +63,6 @@ class RunSpec:
 def _is_default(severity: Any) -> bool:
     """None, or the NaN a pandas column turns None into."""
     return severity is None or (isinstance(severity, float) and math.isnan(severity))
-
-
-def zoo_fingerprint(root: Path | None = None) -> str:
-    """Short hash of the zoo's and the capture's source files (what a trace depends on)."""
-    root = root or Path(__file__).resolve().parent.parent
-    h = hashlib.sha1()
-    for src in _FINGERPRINT_SOURCES:
-        p = root / src
-        files = sorted(p.rglob("*.py")) if p.is_dir() else [p]
-        for f in files:
-            if f.is_file():
-                h.update(str(f.relative_to(root)).encode())
-                h.update(f.read_bytes())
-    return h.hexdigest()[:12]
 
 
 def run_path(run_dir: Path, spec: RunSpec, fingerprint: str) -> Path:

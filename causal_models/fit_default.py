@@ -75,14 +75,11 @@ def _key(spec: dict[str, Any]) -> str:
 
 
 def zoo_version() -> str:
-    """Short hash of the zoo's and the capture's sources (what a cached trace depends on)."""
-    h = hashlib.sha1()
-    for src in ("experiments", "neuraldbg/capture.py", "neuraldbg/trace.py"):
-        p = _ROOT / src
-        for f in sorted(p.rglob("*.py")) if p.is_dir() else [p]:
-            if f.is_file():
-                h.update(f.read_bytes())
-    return h.hexdigest()[:12]
+    """Short hash of the zoo's and the capture's sources (what a cached trace depends on):
+    :func:`experiments.runner.zoo_fingerprint`."""
+    from experiments.runner import zoo_fingerprint
+
+    return zoo_fingerprint()
 
 
 def _run_one(spec: dict[str, Any], path: str) -> str:

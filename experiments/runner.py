@@ -36,7 +36,33 @@ from experiments.scenario import OnsetRule, Scenario
 from experiments.symptoms import onset_series
 
 __all__ = ["run_scenario", "run_counterfactual", "expected_outcome", "measure_onset",
-           "seed_everything"]
+           "seed_everything", "zoo_fingerprint"]
+
+#: What a zoo run's trace depends on: the zoo, and every capture module that writes the trace.
+_FINGERPRINT_SOURCES = ("experiments", "neuraldbg/capture.py", "neuraldbg/trace.py",
+                        "neuraldbg/statistics.py", "neuraldbg/activation_batch.py",
+                        "neuraldbg/param_norms.py", "neuraldbg/module_table.py",
+                        "neuraldbg/host_values.py")
+
+
+def zoo_fingerprint(root: Path | None = None) -> str:
+    """Short hash of the zoo's and the capture's source files (what a trace depends on).
+
+    Trace caches (the benchmark's, the default model's fit) key their runs by it, so an
+    edited scenario or capture never reuses a stale trace.
+    """
+    import hashlib
+
+    root = root or Path(__file__).resolve().parent.parent
+    h = hashlib.sha1()
+    for src in _FINGERPRINT_SOURCES:
+        p = root / src
+        files = sorted(p.rglob("*.py")) if p.is_dir() else [p]
+        for f in files:
+            if f.is_file():
+                h.update(str(f.relative_to(root)).encode())
+                h.update(f.read_bytes())
+    return h.hexdigest()[:12]
 
 
 def seed_everything(seed: int) -> None:

@@ -260,6 +260,26 @@ def test_what_if_agrees_with_really_rerunning_the_seed(fitted, family, knobs) ->
     assert (cf.p_failure >= 0.5) == failed, (family, knobs, cf.p_failure, failed)
 
 
+def test_what_if_a_healthy_relu_mlp_had_sigmoid_units_reads_its_depth_and_weights(
+        fitted) -> None:
+    """PyTorch's default init (gain ~0.58) over three hidden layers: as sigmoids they stall
+    (the zoo's healthy_mlp declares it), although the deep_sigmoid runs fitted on are He
+    initialised; the what-if must read the stack's decay, not its depth alone."""
+    from experiments.symptoms import health_report
+
+    model, score = fitted
+    trace = score["healthy_mlp"]
+    cf = model.what_if(trace, activation="sigmoid")
+    rerun = experiments.run_counterfactual(trace, activation="sigmoid")
+    assert cf.p_failure_factual < 0.5
+    assert not health_report(rerun)["healthy"]
+    assert cf.p_failure >= 0.5, cf.p_failure
+    # smaller weights deepen the decay the sigmoid stack would have
+    assert model.evidence(trace)["sigmoid_decay"] == "strong"
+    shrunk = model.what_if(trace, activation="sigmoid", init_scale=0.3)
+    assert shrunk.metadata["action"]["sigmoid_decay"] == "severe"
+
+
 def test_shipped_default_model_loads_and_serves_the_contract_entry_points(fitted) -> None:
     import time
 
