@@ -9,9 +9,10 @@ Time slices
     norm 100x its early median, or first loss 3x its early median). With an onset at step
     ``o`` and two slices, they are ``[start, o)`` and ``[o, end)``; with more, the steps
     before it are split evenly into ``n_slices - 2`` slices, slice ``n_slices - 2`` is the
-    onset window ``[o, o + w)`` and the last slice is the rest of the run. Without an onset the run is split evenly ("across the run"). A slice without
-    statistics takes the state of its nearest observed neighbour (a run sick from step 0 is
-    sick in every slice before the onset window too).
+    onset window ``[o, o + w)`` and the last slice is the rest of the run. Without an onset
+    the run is split evenly ("across the run"). A slice without statistics takes the state
+    of its nearest observed neighbour (a run sick from step 0 is sick in every slice before
+    the onset window too).
 Layer blocks
     Monitored modules in forward order, cut into ``n_blocks`` consecutive groups.
 
@@ -45,6 +46,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from causal_models.run_evidence import early_median, log10_abs, run_states
 from neuraldbg.trace import Trace
 
 __all__ = [
@@ -223,18 +225,6 @@ def slice_node(kind: str, t: int, block: int | None = None) -> str:
     return f"{kind}@{t}" if block is None else f"{kind}[{block}]@{t}"
 
 
-def _log10(x: np.ndarray) -> np.ndarray:
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.log10(np.maximum(np.abs(x), 1e-30))
-
-
-def _early(values: np.ndarray, n_steps: int) -> float:
-    k = max(3, n_steps // 50)
-    head = values[:k]
-    head = head[np.isfinite(head)]
-    return float(np.median(head)) if head.size else float("nan")
-
-
 def _locate_onset(steps: pd.DataFrame, bins: Bins) -> tuple[int | None, int | None]:
     """(first anomaly step, first non-finite step); either may be None."""
     n = len(steps)
@@ -248,7 +238,7 @@ def _locate_onset(steps: pd.DataFrame, bins: Bins) -> tuple[int | None, int | No
     nonfinite = int(step[np.argmax(bad)]) if bad.any() else None
     if nonfinite is not None:
         hits.append(nonfinite)
-    l0, g0 = _early(loss, n), _early(gnorm, n)
+    l0, g0 = early_median(loss, n), early_median(gnorm, n)
     if np.isfinite(l0) and l0 > 0:
         spike = np.isfinite(loss) & (loss > bins.spike_factor * l0)
         if spike.any():
@@ -326,7 +316,7 @@ def _loss_states(steps: pd.DataFrame, bounds: list[int], onset: int | None,
     loss = steps["loss"].to_numpy(dtype=float)
     # The reference is the early loss, taken before the onset when there is one.
     before = loss[step < onset] if onset is not None else loss
-    l0 = _early(before if np.isfinite(before).any() else loss[:1], len(loss))
+    l0 = early_median(before if np.isfinite(before).any() else loss[:1], len(loss))
     states, feats, observed = [], [], []
     prev = l0
     for t in range(len(bounds) - 1):
@@ -403,7 +393,7 @@ def discretize(trace: Trace, *, n_slices: int = 4, n_blocks: int = 3,
         features[slice_node("loss", t)] = loss_feats[t]
 
     _block_states(trace, blocks, bounds, bins, states, features)
-    _run_states(trace, blocks, bins, states, features)
+    run_states(trace, blocks, bins, states, features)
     return Discretized(states=states, slices=slices, blocks=blocks, onset_step=onset,
                        features=features)
 
@@ -445,8 +435,8 @@ def _block_states(trace: Trace, blocks: tuple[tuple[str, ...], ...], bounds: lis
 
     pg = stats["param_grad_norm"].to_numpy(dtype=float)
     og = stats["out_grad_norm"].to_numpy(dtype=float)
-    g_param, n_param = cell_mean(_log10(pg), weighted & np.isfinite(pg))
-    g_out, _ = cell_mean(_log10(og), np.isfinite(og))
+    g_param, n_param = cell_mean(log10_abs(pg), weighted & np.isfinite(pg))
+    g_out, _ = cell_mean(log10_abs(og), np.isfinite(og))
     g = np.where(n_param > 0, g_param, g_out)
     nan_act = stats["act_nan"].to_numpy(dtype=float) + stats["act_inf"].to_numpy(dtype=float)
     bad = (nan_act > 0) | (~np.isfinite(og) & ~np.isnan(og)) | (weighted & ~np.isfinite(pg))
@@ -462,7 +452,7 @@ def _block_states(trace: Trace, blocks: tuple[tuple[str, ...], ...], bounds: lis
     maxabs = stats["act_max_abs"].to_numpy(dtype=float)
     mx = np.full(n_cells, -np.inf)
     finite = np.isfinite(maxabs)
-    np.maximum.at(mx, cell[finite], _log10(maxabs[finite]))
+    np.maximum.at(mx, cell[finite], log10_abs(maxabs[finite]))
 
     def at(arr: np.ndarray, t: int, b: int) -> float:
         return float(arr[t * n_b + b])
@@ -488,88 +478,3 @@ def _block_states(trace: Trace, blocks: tuple[tuple[str, ...], ...], bounds: lis
         for t in range(n_t):
             states[slice_node("grad", t, b)] = g_states[t]
             states[slice_node("act", t, b)] = a_states[t]
-
-
-def _run_states(trace: Trace, blocks: tuple[tuple[str, ...], ...], bins: Bins,
-                states: dict[str, str], features: dict[str, float]) -> None:
-    """Run-level evidence: progress, gradient spikes; on the knobs: update ratio, forward
-    gain, input magnitude."""
-    steps = trace.steps
-    loss = steps["loss"].to_numpy(dtype=float)
-    gnorm = steps["grad_norm"].to_numpy(dtype=float)
-    if not np.isfinite(loss).all():
-        states["progress"], progress = "nonfinite", float("inf")
-    else:
-        tail = loss[-max(3, len(loss) // 20):]
-        l0 = _early(loss, len(loss))
-        progress = float(np.median(tail) / l0) if abs(l0) > 1e-12 else 1.0
-        e = bins.progress_edges
-        states["progress"] = ("learned" if progress < e[0] else "partial" if progress < e[1]
-                              else "none" if progress < e[2] else "worse")
-    features["progress"] = progress
-    finite_g = gnorm[np.isfinite(gnorm) & (gnorm > 0)]
-    if not np.isfinite(gnorm).all():
-        states["spikes"], spikes = "nonfinite", float("inf")
-    elif finite_g.size:
-        spikes = float(np.log10(finite_g.max() / np.median(finite_g)))
-        e2 = bins.spike_edges
-        states["spikes"] = "calm" if spikes < e2[0] else "spiky" if spikes < e2[1] else "extreme"
-    else:
-        states["spikes"], spikes = "calm", 0.0
-    features["spikes"] = spikes
-    ratio = float("nan")
-    stats = trace.stats
-    if len(stats):
-        mods = trace.modules.set_index("module_name")
-        weighted = [m for m in trace.module_names if float(mods.at[m, "n_trainable"]) > 0]
-        if len(weighted) >= 2:
-            head_steps = np.sort(stats["step"].unique())[:max(3, stats["step"].nunique() // 10)]
-            sel = stats[stats["step"].isin(head_steps)
-                        & stats["module_name"].isin((weighted[0], weighted[-1]))]
-            med = sel.groupby("module_name")["param_grad_norm"].median()
-            if weighted[0] in med.index and weighted[-1] in med.index:
-                pair = np.array([med[weighted[0]], med[weighted[-1]]], dtype=float)
-                if np.isfinite(pair).all():
-                    logs = _log10(pair)
-                    ratio = float(logs[0] - logs[1])
-    e3 = bins.grad_ratio_edges
-    states["grad_ratio"] = ("balanced" if not np.isfinite(ratio) else "dead" if ratio < e3[0]
-                            else "vanishing" if ratio < e3[1] else "balanced" if ratio < e3[2]
-                            else "growing")
-    features["grad_ratio"] = ratio
-    upd = steps["update_ratio"].to_numpy(dtype=float)
-    k = max(3, len(upd) // 20)
-    head = upd[:k]
-    if np.isfinite(head).any():
-        u = float(np.median(_log10(head[np.isfinite(head)])))
-        e = bins.update_edges
-        states["update"] = ("tiny" if u < e[0] else "small" if u < e[1]
-                            else "normal" if u < e[2] else "large")
-    else:
-        u = float("nan")
-        states["update"] = "nonfinite"
-    features["update"] = u
-    stats = trace.stats
-    gain, inp = float("nan"), float("nan")
-    if len(stats):
-        first_step = stats["step"].min()
-        s0 = stats[stats["step"] == first_step].set_index("module_name")
-        mods = trace.modules.set_index("module_name")
-        weighted = [m for m in trace.module_names
-                    if m in s0.index and float(mods.at[m, "n_trainable"]) > 0]
-        if weighted:
-            std = _log10(s0.loc[weighted, "act_std"].to_numpy(dtype=float))
-            inp = float(std[0])
-            n = len(weighted)
-            head_n = max(1, n // 3)
-            lo = std[:head_n]
-            hi = std[-head_n - 1:-1] if n > head_n + 1 else std[-head_n:]
-            if np.isfinite(lo).all() and np.isfinite(hi).all():
-                gain = float(np.mean(hi) - np.mean(lo))
-            elif not np.isfinite(hi).all():
-                gain = float("inf")
-    states["fwd_gain"] = ("growing" if gain > bins.gain_edge else
-                          "shrinking" if gain < -bins.gain_edge else "stable")
-    states["input_mag"] = "large" if np.isfinite(inp) and inp > bins.input_large else "normal"
-    features["fwd_gain"] = gain
-    features["input_mag"] = inp

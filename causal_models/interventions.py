@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from causal_models import placement
 from causal_models.evidence import sigmoid_decay_state
 from causal_models.registry import KNOB_NODES
 from causal_models.structure import LEVEL_NODES, LEVEL_WIDTH
@@ -51,7 +52,7 @@ from neuraldbg.trace import Trace
 if TYPE_CHECKING:
     from causal_models.network import ProbabilisticReasoner
 
-__all__ = ["Counterfactual", "KNOBS", "PLACEMENT_FEATURES", "fit_placement", "intervene",
+__all__ = ["Counterfactual", "KNOBS", "intervene",
            "what_if", "validate_knobs"]
 
 #: The contract's knobs and the values each accepts.
@@ -65,15 +66,6 @@ KNOBS: dict[str, str] = {
 }
 #: Root-cause strata below this posterior weight are left out of the abduction.
 _MIN_STRATUM = 0.01
-#: Latent level node -> the continuous evidence feature (discretize's ``features``) that places
-#: a run inside its level, and the ``lr_schedule`` its medians are fitted on (None: any). The
-#: early update ratio reads a steady rate; a spiked run is placed from it lifted by the
-#: spike's recorded peak over the median rate (``lr_peak``, decades).
-PLACEMENT_FEATURES: dict[str, tuple[str, str | None]] = {
-    "lr_level": ("update", "steady"), "init_level": ("fwd_gain", None),
-    "input_level": ("input_mag", None)}
-#: Fewest fitting runs of a level for its median feature to place runs.
-_MIN_PLACED = 3
 _ACTIVATIONS = ("relu", "leaky_relu", "gelu", "tanh", "sigmoid")
 _NORMALIZATIONS = ("batch", "layer", "none")
 
@@ -151,66 +143,6 @@ def validate_knobs(knobs: dict[str, Any]) -> dict[str, Any]:
                                  f"values are: {list(_NORMALIZATIONS)}.")
             out[name] = value
     return out
-
-
-def fit_placement(rows: list[dict[str, Any]], weights: np.ndarray | None = None
-                  ) -> dict[str, dict[str, float]]:
-    """Each level's median feature over the fitting runs labelled with it.
-
-    ``rows`` hold a fitting run's level labels (``training_labels``), its evidence states and
-    its continuous features under ``"feature:NAME"``. Levels with fewer than
-    ``_MIN_PLACED`` runs with a finite feature are left out; the medians are made
-    non-decreasing along the level order (the features grow with the level).
-
-    Returns
-    -------
-    dict
-        ``{level node: {level state: median feature}}``.
-    """
-    out: dict[str, dict[str, float]] = {}
-    for node, (feature, schedule) in PLACEMENT_FEATURES.items():
-        medians: dict[str, float] = {}
-        for state in KNOB_NODES[node]:
-            vals = [float(r[f"feature:{feature}"]) for r in rows
-                    if r.get(node) == state and math.isfinite(float(
-                        r.get(f"feature:{feature}", math.nan)))
-                    and (schedule is None or r.get("lr_schedule") == schedule)]
-            if len(vals) >= _MIN_PLACED:
-                medians[state] = float(np.median(vals))
-        running = -math.inf
-        for state in KNOB_NODES[node]:
-            if state in medians:
-                running = max(running, medians[state])
-                medians[state] = running
-        if len(medians) >= 2:
-            out[node] = medians
-    return out
-
-
-def _offset(reasoner: ProbabilisticReasoner, node: str, state: str,
-            features: dict[str, float], evidence: dict[str, str]) -> float:
-    """Where the run sits inside level ``state`` of ``node``, in level steps from its centre
-    (within +-0.5): its feature against the levels' fitted medians, interpolated between
-    them; 0 (the centre) when the feature is missing or does not apply."""
-    medians = (getattr(reasoner, "placement_", None) or {}).get(node)
-    feature, schedule = PLACEMENT_FEATURES[node]
-    x = features.get(feature, math.nan)
-    # a spiked schedule: the steady rate is read as usual, and the spike lifts it by its
-    # recorded peak over the median rate, in level steps
-    lift = (features.get("lr_peak", math.nan) / LEVEL_WIDTH[node]
-            if schedule == "steady" and evidence.get("lr_schedule") == "spike" else 0.0)
-    if not medians or not math.isfinite(x) or not math.isfinite(lift):
-        return 0.0
-    states = KNOB_NODES[node]
-    idx = np.array([states.index(s) for s in medians], dtype=float)
-    meds = np.array(list(medians.values()), dtype=float)
-    if np.any(np.diff(meds) <= 0):  # flat stretches: keep the first level of each value
-        keep = np.concatenate([[True], np.diff(meds) > 0])
-        idx, meds = idx[keep], meds[keep]
-    if len(meds) < 2:
-        return 0.0
-    position = float(np.interp(x, meds, idx)) + lift
-    return float(np.clip(position - states.index(state), -0.5, 0.5))
 
 
 def _causal_inference(reasoner: ProbabilisticReasoner) -> Any:
@@ -379,7 +311,7 @@ def _predict(reasoner: ProbabilisticReasoner, faults: list[str], abduct_on: dict
             options: list[tuple[dict[str, str], float]] = [({}, 1.0)]
             for h in hidden:
                 # the run's place inside its level decides where a multiplier lands it
-                dist = (_shift({state[h]: 1.0}, KNOB_NODES[h], moves[h] + _offset(
+                dist = (_shift({state[h]: 1.0}, KNOB_NODES[h], moves[h] + placement.offset(
                     reasoner, h, state[h], features, evidence)) if h in moves
                     else {state[h]: 1.0})
                 options = [({**a, h: s}, wa * ws) for a, wa in options
@@ -442,7 +374,7 @@ def what_if(reasoner: ProbabilisticReasoner, trace: Trace, **knobs: Any) -> Coun
     reasoner._check_fitted()
     changes = validate_knobs(knobs)
     structure = reasoner.structure_
-    roles, network = structure.roles, reasoner.network_
+    roles = structure.roles
     evidence = reasoner.evidence(trace)
     features = dict(reasoner._discretize(trace).features)
     rates = trace.steps["lr"].to_numpy(dtype=float) if "lr" in trace.steps else np.zeros(0)

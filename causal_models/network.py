@@ -30,10 +30,11 @@ import pandas as pd
 from causal_models.calibration import Calibrator, fit_calibrator
 from causal_models.discretize import Bins, Discretized, discretize
 from causal_models.evidence import RULE_NO_CAUSE, observe_knobs, observe_stack, rule_verdict
+from causal_models.labels import training_labels
 from causal_models.origin import locate_origin
-from causal_models.interventions import fit_placement
+from causal_models.placement import fit_placement
 from causal_models.registry import list_root_causes
-from causal_models.structure import NO_CAUSE, Structure, build_structure, training_labels
+from causal_models.structure import NO_CAUSE, build_structure
 from neuraldbg.errors import NotFittedError
 from neuraldbg.methods import diagnose
 from neuraldbg.records import HEALTHY, Hypothesis

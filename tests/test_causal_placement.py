@@ -1,10 +1,10 @@
-"""Placing a run inside its knob level (unit tests of ``fit_placement`` and ``_offset``)."""
+"""Placing a run inside its knob level (unit tests of ``fit_placement`` and ``offset``)."""
 
 from __future__ import annotations
 
 import math
 
-from causal_models.interventions import _offset, fit_placement
+from causal_models.placement import fit_placement, offset
 
 
 def _rows(level: str, values: list[float], schedule: str = "steady") -> list[dict]:
@@ -33,15 +33,15 @@ def test_offset_interpolates_the_feature_between_level_medians_within_half_a_lev
     model = _Fitted()
     model.placement_ = {"lr_level": {"ok": -2.0, "high": -1.0}}
     steady = {"lr_schedule": "steady"}
-    assert _offset(model, "lr_level", "ok", {"update": -1.75}, steady) == 0.25
-    assert _offset(model, "lr_level", "high", {"update": -1.75}, steady) == -0.5
-    assert _offset(model, "lr_level", "ok", {"update": -2.0}, steady) == 0.0
+    assert offset(model, "lr_level", "ok", {"update": -1.75}, steady) == 0.25
+    assert offset(model, "lr_level", "high", {"update": -1.75}, steady) == -0.5
+    assert offset(model, "lr_level", "ok", {"update": -2.0}, steady) == 0.0
     # missing feature (or a spike without its peak), or no fitted medians: the centre
-    assert _offset(model, "lr_level", "ok", {"update": math.nan}, steady) == 0.0
+    assert offset(model, "lr_level", "ok", {"update": math.nan}, steady) == 0.0
     spike = {"lr_schedule": "spike"}
-    assert _offset(model, "lr_level", "ok", {"update": -2.0, "lr_peak": 0.25}, spike) == 0.25
-    assert _offset(model, "lr_level", "ok", {"update": -1.75}, spike) == 0.0
-    assert _offset(model, "init_level", "ok", {"fwd_gain": 3.0}, steady) == 0.0
+    assert offset(model, "lr_level", "ok", {"update": -2.0, "lr_peak": 0.25}, spike) == 0.25
+    assert offset(model, "lr_level", "ok", {"update": -1.75}, spike) == 0.0
+    assert offset(model, "init_level", "ok", {"fwd_gain": 3.0}, steady) == 0.0
 
 
 def test_the_shipped_model_carries_its_fitted_level_medians() -> None:

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from causal_models import registry
-from causal_models.structure import build_structure, training_labels
+from causal_models.labels import training_labels
+from causal_models.structure import build_structure
 from neuraldbg.records import FAILURE_TYPES, HEALTHY, ROOT_CAUSES
 
 

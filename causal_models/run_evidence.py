@@ -1,0 +1,123 @@
+"""Run-level evidence of a trace: how the whole run went and what its knobs look like.
+
+On the failure: ``progress`` (final loss over early loss), ``spikes`` (largest global
+gradient norm over its median) and ``grad_ratio`` (early gradient norm of the first weighted
+layer over the last one's, the AutoTrainer ratio). On the knobs: ``update`` (early
+||dW||/||W||, tells a learning-rate level), ``fwd_gain`` (activation scale across the depth at
+the first recorded step, tells an init scale) and ``input_mag`` (scale of the first layer's
+output). The thresholds are :class:`causal_models.discretize.Bins`'. Nothing here reads
+``trace.meta["ground_truth"]``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from neuraldbg.trace import Trace
+
+if TYPE_CHECKING:
+    from causal_models.discretize import Bins
+
+__all__ = ["run_states", "log10_abs", "early_median"]
+
+
+def log10_abs(x: np.ndarray) -> np.ndarray:
+    """log10 of |x|, floored at 1e-30 (zeros read as -30, NaN stays NaN)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.log10(np.maximum(np.abs(x), 1e-30))
+
+
+def early_median(values: np.ndarray, n_steps: int) -> float:
+    """Median of the finite values among the first max(3, n_steps / 50); NaN if none."""
+    k = max(3, n_steps // 50)
+    head = values[:k]
+    head = head[np.isfinite(head)]
+    return float(np.median(head)) if head.size else float("nan")
+
+
+def run_states(trace: Trace, blocks: tuple[tuple[str, ...], ...], bins: Bins,
+               states: dict[str, str], features: dict[str, float]) -> None:
+    """Fill ``states`` and ``features`` with the run-level evidence (this module's docstring):
+    progress, gradient spikes, gradient ratio; on the knobs: update ratio, forward gain,
+    input magnitude."""
+    steps = trace.steps
+    loss = steps["loss"].to_numpy(dtype=float)
+    gnorm = steps["grad_norm"].to_numpy(dtype=float)
+    if not np.isfinite(loss).all():
+        states["progress"], progress = "nonfinite", float("inf")
+    else:
+        tail = loss[-max(3, len(loss) // 20):]
+        l0 = early_median(loss, len(loss))
+        progress = float(np.median(tail) / l0) if abs(l0) > 1e-12 else 1.0
+        e = bins.progress_edges
+        states["progress"] = ("learned" if progress < e[0] else "partial" if progress < e[1]
+                              else "none" if progress < e[2] else "worse")
+    features["progress"] = progress
+    finite_g = gnorm[np.isfinite(gnorm) & (gnorm > 0)]
+    if not np.isfinite(gnorm).all():
+        states["spikes"], spikes = "nonfinite", float("inf")
+    elif finite_g.size:
+        spikes = float(np.log10(finite_g.max() / np.median(finite_g)))
+        e2 = bins.spike_edges
+        states["spikes"] = "calm" if spikes < e2[0] else "spiky" if spikes < e2[1] else "extreme"
+    else:
+        states["spikes"], spikes = "calm", 0.0
+    features["spikes"] = spikes
+    ratio = float("nan")
+    stats = trace.stats
+    if len(stats):
+        mods = trace.modules.set_index("module_name")
+        weighted = [m for m in trace.module_names if float(mods.at[m, "n_trainable"]) > 0]
+        if len(weighted) >= 2:
+            head_steps = np.sort(stats["step"].unique())[:max(3, stats["step"].nunique() // 10)]
+            sel = stats[stats["step"].isin(head_steps)
+                        & stats["module_name"].isin((weighted[0], weighted[-1]))]
+            med = sel.groupby("module_name")["param_grad_norm"].median()
+            if weighted[0] in med.index and weighted[-1] in med.index:
+                pair = np.array([med[weighted[0]], med[weighted[-1]]], dtype=float)
+                if np.isfinite(pair).all():
+                    logs = log10_abs(pair)
+                    ratio = float(logs[0] - logs[1])
+    e3 = bins.grad_ratio_edges
+    states["grad_ratio"] = ("balanced" if not np.isfinite(ratio) else "dead" if ratio < e3[0]
+                            else "vanishing" if ratio < e3[1] else "balanced" if ratio < e3[2]
+                            else "growing")
+    features["grad_ratio"] = ratio
+    upd = steps["update_ratio"].to_numpy(dtype=float)
+    k = max(3, len(upd) // 20)
+    head = upd[:k]
+    if np.isfinite(head).any():
+        u = float(np.median(log10_abs(head[np.isfinite(head)])))
+        e = bins.update_edges
+        states["update"] = ("tiny" if u < e[0] else "small" if u < e[1]
+                            else "normal" if u < e[2] else "large")
+    else:
+        u = float("nan")
+        states["update"] = "nonfinite"
+    features["update"] = u
+    stats = trace.stats
+    gain, inp = float("nan"), float("nan")
+    if len(stats):
+        first_step = stats["step"].min()
+        s0 = stats[stats["step"] == first_step].set_index("module_name")
+        mods = trace.modules.set_index("module_name")
+        weighted = [m for m in trace.module_names
+                    if m in s0.index and float(mods.at[m, "n_trainable"]) > 0]
+        if weighted:
+            std = log10_abs(s0.loc[weighted, "act_std"].to_numpy(dtype=float))
+            inp = float(std[0])
+            n = len(weighted)
+            head_n = max(1, n // 3)
+            lo = std[:head_n]
+            hi = std[-head_n - 1:-1] if n > head_n + 1 else std[-head_n:]
+            if np.isfinite(lo).all() and np.isfinite(hi).all():
+                gain = float(np.mean(hi) - np.mean(lo))
+            elif not np.isfinite(hi).all():
+                gain = float("inf")
+    states["fwd_gain"] = ("growing" if gain > bins.gain_edge else
+                          "shrinking" if gain < -bins.gain_edge else "stable")
+    states["input_mag"] = "large" if np.isfinite(inp) and inp > bins.input_large else "normal"
+    features["fwd_gain"] = gain
+    features["input_mag"] = inp
