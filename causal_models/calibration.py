@@ -266,10 +266,23 @@ def fit_calibrator(method: Literal["temperature", "isotonic", "none"], probs: np
     if method == "temperature":
         k = probs.shape[1]
         candidates: list[tuple[float, float, float, float, float]] = []
-        shrinks = np.linspace(0.0, 0.1, 11) if healthy is not None else np.zeros(1)
+        # The rule of succession bounds each verdict's confidence: after n held-out verdicts
+        # of a kind, all right, the next is right with probability (n + 1) / (n + 2), so
+        # no confidence goes above it (a failing verdict's through the uniform mixture, a
+        # healthy one's through the shrink of its mass)
+        n_healthy = int(np.sum(verdict(probs, healthy)[0] == healthy)) if healthy is not None \
+            else 0
+        eps_min = k / (k - 1) / (len(y) - n_healthy + 2)
+        grid = np.linspace(0.0, 0.2, 21)
+        epsilons = np.union1d(grid[grid >= eps_min], [eps_min])
+        shrinks = np.zeros(1)
+        if healthy is not None:
+            shrink_min = 1.0 / (n_healthy + 2)
+            grid = np.linspace(0.0, 0.1, 11)
+            shrinks = np.union1d(grid[grid >= shrink_min], [shrink_min])
         for t in np.geomspace(0.25, 50.0, 31):
             tempered = _temper(probs, float(t))
-            for eps in np.linspace(0.0, 0.2, 21):
+            for eps in epsilons:
                 mixed = (1.0 - eps) * tempered + eps / k
                 for shrink in shrinks:
                     q = mixed if shrink == 0 else _shrink_healthy(mixed, int(healthy), shrink)

@@ -192,8 +192,6 @@ def _missing_norm(normalization: str, depth: str, clipping: str) -> float:
                      # stall with gradient spikes (the exploding signature's impact term)
                      failure_types={"exploding_gradients": 1.0, "loss_divergence": 0.7,
                                     "training_plateau": 0.3},
-                     # the bursts themselves, whatever the loss shows
-                     signs={"spikes": {"spiky": 0.02, "extreme": 0.02}},
                      description="rare huge gradients (long recurrences) reach the update")
 def _missing_clip(clipping: str, arch: str, lr_level: str, init_level: str) -> float:
     if clipping != "none":

@@ -78,3 +78,23 @@ def test_unknown_method_and_bad_shapes_are_clear_errors() -> None:
     with pytest.raises(ValueError, match="one label per row"):
         brier_score(np.ones((3, 2)) / 2, np.array([0, 1]))
     assert math.isclose(Calibrator().transform(np.array([[0.2, 0.8]]))[0, 1], 0.8)
+
+
+def test_a_few_dozen_right_answers_never_buy_certainty() -> None:
+    """30 held-out runs, every verdict right and already confident: sharpening would score
+    best on them, but the rule of succession caps a verdict at (n + 1) / (n + 2) of its
+    kind (here 20 failing and 10 healthy verdicts)."""
+    from causal_models.calibration import verdict
+
+    rng = np.random.default_rng(2)
+    k, healthy = 4, 0
+    y = np.array([healthy] * 10 + list(rng.integers(1, k, 20)))
+    probs = np.full((30, k), 0.04)
+    probs[np.arange(30), y] = 0.88
+    cal = fit_calibrator("temperature", probs, y, healthy=healthy)
+    label, conf = verdict(cal.transform(probs), healthy)
+    assert (label == y).all()
+    assert conf[y != healthy].max() <= 21 / 22 + 1e-9
+    assert conf[y == healthy].max() <= 11 / 12 + 1e-9
+    # the temperature still sharpens: the cap comes from the bound, not from flattening
+    assert cal.temperature < 1.0
