@@ -265,7 +265,7 @@ def fit_calibrator(method: Literal["temperature", "isotonic", "none"], probs: np
         return Calibrator("none", n_fit=int(len(y)))
     if method == "temperature":
         k = probs.shape[1]
-        candidates: list[tuple[float, float, float, float, float]] = []
+        candidates: list[tuple[float, float, float, float, float, float]] = []
         # The rule of succession bounds each verdict's confidence: after n held-out verdicts
         # of a kind, all right, the next is right with probability (n + 1) / (n + 2), so
         # no confidence goes above it (a failing verdict's through the uniform mixture, a
@@ -287,18 +287,23 @@ def fit_calibrator(method: Literal["temperature", "isotonic", "none"], probs: np
                 for shrink in shrinks:
                     q = mixed if shrink == 0 else _shrink_healthy(mixed, int(healthy), shrink)
                     gap = expected_calibration_error(q, y)
+                    label = q.argmax(axis=1)
                     if healthy is not None:
                         label, conf = verdict(q, healthy)
                         gap += _binary_ece(conf, label == y)
-                    candidates.append((gap, negative_log_likelihood(q, y), float(t),
-                                       float(eps), float(shrink)))
-        # ECE on n runs moves by up to 1/n when one run's confidence moves: candidates
-        # within that of the best are equally good by it, and the log-likelihood (a proper
-        # score) chooses among them, which keeps confidences off 0 and 1 where the
-        # held-out runs do not support them
-        floor = min(c[0] for c in candidates) + 1.0 / len(y)
-        _, _, t, eps, shrink = min((c for c in candidates if c[0] <= floor),
-                                   key=lambda c: (c[1], c[0]))
+                    candidates.append((float(np.mean(label == y)), gap,
+                                       negative_log_likelihood(q, y), float(t), float(eps),
+                                       float(shrink)))
+        # A recalibration changes confidences, not answers: only the grid points whose
+        # verdicts are right as often as the best ones' compete (ECE alone would buy a low
+        # gap by turning confident right verdicts into wrong ones at the same confidence).
+        # ECE on n runs moves by up to 1/n when one run's confidence moves: points within
+        # that of the best are equally good by it, and the log-likelihood (a proper score)
+        # chooses among them
+        best_acc = max(c[0] for c in candidates)
+        kept = [c for c in candidates if c[0] >= best_acc - 1e-12]
+        floor = min(c[1] for c in kept) + 1.0 / len(y)
+        *_, t, eps, shrink = min((c for c in kept if c[1] <= floor), key=lambda c: (c[2], c[1]))
         return Calibrator("temperature", temperature=t, epsilon=eps, n_fit=int(len(y)),
                           healthy=-1 if healthy is None else int(healthy),
                           healthy_shrink=shrink)

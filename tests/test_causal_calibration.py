@@ -98,3 +98,18 @@ def test_a_few_dozen_right_answers_never_buy_certainty() -> None:
     assert conf[y == healthy].max() <= 11 / 12 + 1e-9
     # the temperature still sharpens: the cap comes from the bound, not from flattening
     assert cal.temperature < 1.0
+
+
+def test_recalibration_changes_confidences_not_answers() -> None:
+    """Ten held-out runs, all right: the confidence bound leaves every calibrator's gap
+    above zero, and ECE alone would rather turn the three failing verdicts into wrong
+    "healthy" ones at matching confidence; the chosen map keeps every answer."""
+    from causal_models.calibration import verdict
+
+    y = np.array([2, 0, 0, 3, 0, 0, 1, 0, 0, 0])
+    probs = np.full((10, 7), 0.001)
+    probs[np.arange(10), y] = 0.99
+    probs /= probs.sum(axis=1, keepdims=True)
+    cal = fit_calibrator("temperature", probs, y, healthy=0)
+    label, _ = verdict(cal.transform(probs), 0)
+    np.testing.assert_array_equal(label, y)
