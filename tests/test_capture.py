@@ -10,6 +10,7 @@ from torch import nn
 
 import neuraldbg as ndb
 from neuraldbg.syncs import HostSyncCounter
+from training import train
 
 
 def tanh_mlp(depth: int = 5, width: int = 32, d_in: int = 16) -> nn.Sequential:
@@ -33,23 +34,6 @@ def count_syncs(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, s
             if dbg is not None:
                 dbg.step(loss)
     return mode.count
-
-
-def train(model: nn.Module, steps: int, *, input_scale: float = 1.0, lr: float = 0.05,
-          every: int = 1, out=None, seed: int = 0) -> ndb.NeuralDbg:
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(128, 16, generator=g)
-    y = x[:, :1].sin()
-    opt = torch.optim.SGD(model.parameters(), lr=lr)
-    dbg = ndb.NeuralDbg(model, optimizer=opt, every=every, out=out, config={"lr": lr})
-    with dbg:
-        for _ in range(steps):
-            opt.zero_grad()
-            loss = ((model(x * input_scale) - y) ** 2).mean()
-            loss.backward()
-            opt.step()
-            dbg.step(loss)
-    return dbg
 
 
 def test_module_table_names_every_leaf_as_named_modules():

@@ -22,29 +22,19 @@ from causal_models.evidence import (
 from causal_models.structure import build_structure
 from neuraldbg.methods import diagnose
 from neuraldbg.records import Hypothesis
+from training import train
 
 
-def _train(depth: int, kaiming: bool = False, steps: int = 20, seed: int = 0) -> ndb.Trace:
-    """A real ReLU MLP of ``depth`` hidden layers (64 units) on a small classification task."""
-    torch.manual_seed(seed)
+def _mlp(depth: int, kaiming: bool = False, steps: int = 20) -> ndb.Trace:
+    """A real ReLU MLP of ``depth`` hidden layers (64 units), trained for a few steps."""
+    torch.manual_seed(0)
     layers: list[nn.Module] = []
     for i in range(depth):
         lin = nn.Linear(16 if i == 0 else 64, 64)
         if kaiming:
             nn.init.kaiming_normal_(lin.weight, nonlinearity="relu")
         layers += [lin, nn.ReLU()]
-    model = nn.Sequential(*layers, nn.Linear(64, 4))
-    x = torch.randn(256, 16)
-    y = (x[:, :2] > 0).long() @ torch.tensor([1, 2])
-    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    with ndb.NeuralDbg(model, optimizer=opt, config={"lr": 0.05, "optimizer": "sgd"}) as dbg:
-        for _ in range(steps):
-            opt.zero_grad()
-            loss = nn.functional.cross_entropy(model(x), y)
-            loss.backward()
-            opt.step()
-            dbg.step(loss)
-    return dbg.trace
+    return train(nn.Sequential(*layers, nn.Linear(64, 1)), steps).trace
 
 
 def test_rule_strength_grades_the_top_confidence_around_the_healthy_line() -> None:
@@ -55,7 +45,7 @@ def test_rule_strength_grades_the_top_confidence_around_the_healthy_line() -> No
 
 
 def test_a_verdict_under_the_healthy_line_still_names_its_failure_and_cause() -> None:
-    trace = _train(depth=2, steps=5)
+    trace = _mlp(depth=2, steps=5)
     weak = Hypothesis(failure_type="dead_neurons", root_cause="learning_rate_too_high",
                       origin_layer="0", origin_step=3, confidence=0.48)
     strong = Hypothesis(failure_type="exploding_gradients", root_cause="unknown",
@@ -99,9 +89,9 @@ def test_sigmoid_decay_is_depth_times_the_log_of_a_quarter_of_the_gain() -> None
 
 def test_stack_decay_reads_depth_and_weight_gain_from_a_real_run_whatever_its_activation(
 ) -> None:
-    default = _train(depth=3)                 # PyTorch's default init: gain ~ 1/sqrt(3)
-    he = _train(depth=3, kaiming=True)        # He init: gain ~ sqrt(2)
-    deep_he = _train(depth=12, kaiming=True)
+    default = _mlp(depth=3)                 # PyTorch's default init: gain ~ 1/sqrt(3)
+    he = _mlp(depth=3, kaiming=True)        # He init: gain ~ sqrt(2)
+    deep_he = _mlp(depth=12, kaiming=True)
     states, features = {}, {}
     for name, trace in (("default", default), ("he", he), ("deep_he", deep_he)):
         st, feat = observe_stack(trace, diagnose(trace).facts)
