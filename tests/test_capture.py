@@ -7,10 +7,10 @@ import pandas as pd
 import pytest
 import torch
 from torch import nn
+from training import train
 
 import neuraldbg as ndb
 from neuraldbg.syncs import HostSyncCounter
-from training import train
 
 
 def tanh_mlp(depth: int = 5, width: int = 32, d_in: int = 16) -> nn.Sequential:

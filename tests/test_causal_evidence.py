@@ -9,6 +9,7 @@ import math
 import pytest
 import torch
 from torch import nn
+from training import train
 
 import neuraldbg as ndb
 from causal_models import registry
@@ -22,7 +23,6 @@ from causal_models.evidence import (
 from causal_models.structure import build_structure
 from neuraldbg.methods import diagnose
 from neuraldbg.records import Hypothesis
-from training import train
 
 
 def _mlp(depth: int, kaiming: bool = False, steps: int = 20) -> ndb.Trace:
