@@ -52,8 +52,7 @@ from neuraldbg.trace import Trace
 if TYPE_CHECKING:
     from causal_models.network import ProbabilisticReasoner
 
-__all__ = ["Counterfactual", "KNOBS", "intervene",
-           "what_if", "validate_knobs"]
+__all__ = ["Counterfactual", "KNOBS", "intervene", "what_if", "validate_knobs"]
 
 #: The contract's knobs and the values each accepts.
 KNOBS: dict[str, str] = {
