@@ -24,6 +24,7 @@ from neuraldbg.trace import Trace, load_trace
 __all__ = ["RunSpec", "zoo_fingerprint", "run_path", "is_finished", "execute_run",
            "run_outcome", "truncate_trace"]
 
+
 @dataclass(frozen=True, slots=True)
 class RunSpec:
     """One zoo run.

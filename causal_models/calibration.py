@@ -14,16 +14,18 @@ folds):
   to minimise the expected calibration error of the held-out predictions (15 bins), of the
   class probabilities plus, when the healthy class is named, of the *verdict*
   (:func:`verdict`: the failure type with the largest posterior when it reaches 0.5, else
-  healthy with one minus it; the confidence a user reads). ECE moves by up to 1/n when
-  one of n runs moves, so the grid points within 1/n of the best ECE count as tied and
-  the negative log-likelihood chooses among them (it keeps confidences off 0 and 1).
-  ECE rather than the Brier score or the NLL, because on a few dozen held-out runs with a
+  healthy with one minus it; the confidence a user reads). Three rules shape the choice:
+  only grid points whose verdicts are right as often as the best ones' compete (a
+  recalibration changes confidences, not answers); no verdict's confidence goes above the
+  rule of succession, (n + 1) / (n + 2) for n held-out verdicts of its kind (a failing
+  verdict's through ``eps``, a healthy one's through ``Calibrator.healthy_shrink``, which
+  moves a share of a healthy verdict's mass to the most probable failure type); and since
+  ECE moves by up to 1/n when one of n runs moves, the points within 1/n of the best ECE
+  count as tied and the negative log-likelihood chooses among them. ECE rather than the
+  Brier score or the NLL as the main criterion, because on a few dozen held-out runs with a
   few confident misses those proper scores are ruled by the misses and flatten every
   prediction (measured: T = 2.3 made the correct runs' confidence too low and the verdict
-  ECE 0.105 against 0.023). The mixture is what a model that is right about the families it
-  knows and sometimes confidently wrong about a new one needs: ``eps`` caps the confidence at
-  what held-out accuracy supports; a third parameter caps a "healthy" verdict's confidence
-  the same way (``Calibrator.healthy_shrink``);
+  ECE 0.105 against 0.023);
 - ``isotonic``: one-vs-rest ``sklearn.isotonic.IsotonicRegression`` per class, renormalised
   (Zadrozny & Elkan, 2002);
 - ``none``: identity.
@@ -287,10 +289,11 @@ def fit_calibrator(method: Literal["temperature", "isotonic", "none"], probs: np
                 for shrink in shrinks:
                     q = mixed if shrink == 0 else _shrink_healthy(mixed, int(healthy), shrink)
                     gap = expected_calibration_error(q, y)
-                    label = q.argmax(axis=1)
                     if healthy is not None:
                         label, conf = verdict(q, healthy)
                         gap += _binary_ece(conf, label == y)
+                    else:
+                        label = q.argmax(axis=1)
                     candidates.append((float(np.mean(label == y)), gap,
                                        negative_log_likelihood(q, y), float(t), float(eps),
                                        float(shrink)))
