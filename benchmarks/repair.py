@@ -13,6 +13,7 @@ import math
 from typing import Any
 
 from benchmarks import metrics as M
+from neuraldbg.knobs import KNOB_NAMES
 from neuraldbg.records import HEALTHY, Hypothesis
 
 __all__ = ["FIX_BY_CAUSE", "FIX_BY_FAILURE", "suggest_fix"]
@@ -38,7 +39,6 @@ FIX_BY_FAILURE: dict[str, dict[str, Any]] = {
     "saturated_activations": {"activation": "relu"},
     "training_plateau": {"lr_scale": 10.0},
 }
-_KNOBS = ("lr_scale", "init_scale", "input_scale", "grad_clip", "activation", "normalization")
 _META_FIX_KEYS = ("suggested_fix", "fix", "intervention", "interventions",
                   "suggested_interventions")
 
@@ -48,7 +48,7 @@ def _as_knobs(value: Any) -> dict[str, Any] | None:
         value = value[0]
     if isinstance(value, dict) and "knobs" in value and isinstance(value["knobs"], dict):
         value = value["knobs"]
-    if isinstance(value, dict) and value and set(value) <= set(_KNOBS):
+    if isinstance(value, dict) and value and set(value) <= set(KNOB_NAMES):
         return dict(value)
     return None
 

@@ -46,27 +46,17 @@ from causal_models import placement
 from causal_models.evidence import sigmoid_decay_state
 from causal_models.registry import KNOB_NODES
 from causal_models.structure import LEVEL_NODES, LEVEL_WIDTH
+from neuraldbg.knobs import validate_knobs
 from neuraldbg.records import HEALTHY
 from neuraldbg.trace import Trace
 
 if TYPE_CHECKING:
     from causal_models.network import ProbabilisticReasoner
 
-__all__ = ["Counterfactual", "KNOBS", "intervene", "what_if", "validate_knobs"]
+__all__ = ["Counterfactual", "intervene", "what_if"]
 
-#: The contract's knobs and the values each accepts.
-KNOBS: dict[str, str] = {
-    "lr_scale": "a positive multiplier of every learning rate",
-    "init_scale": "a positive multiplier of the initial weight matrices",
-    "input_scale": "a positive multiplier of every input batch",
-    "grad_clip": "a positive max total gradient norm (None: unchanged)",
-    "activation": "one of ['relu', 'leaky_relu', 'gelu', 'tanh', 'sigmoid']",
-    "normalization": "one of ['batch', 'layer', 'none']",
-}
 #: Root-cause strata below this posterior weight are left out of the abduction.
 _MIN_STRATUM = 0.01
-_ACTIVATIONS = ("relu", "leaky_relu", "gelu", "tanh", "sigmoid")
-_NORMALIZATIONS = ("batch", "layer", "none")
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,40 +98,6 @@ class Counterfactual:
     def from_dict(cls, data: dict[str, Any]) -> Counterfactual:
         """Inverse of :meth:`to_dict`."""
         return cls(**data)
-
-
-def validate_knobs(knobs: dict[str, Any]) -> dict[str, Any]:
-    """Check contract knob names and values; return the knobs that change something.
-
-    Raises
-    ------
-    ValueError
-        For an unknown knob or a value it does not accept, listing what is allowed.
-    """
-    unknown = sorted(set(knobs) - set(KNOBS))
-    if unknown:
-        raise ValueError(f"Invalid knob(s) {unknown}. Valid knobs are: {list(KNOBS)}.")
-    out: dict[str, Any] = {}
-    for name, value in knobs.items():
-        if value is None:
-            continue
-        if name in ("lr_scale", "init_scale", "input_scale", "grad_clip"):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
-                    math.isfinite(value) and value > 0):
-                raise ValueError(f"Invalid value {value!r} for knob {name!r}: expected "
-                                 f"{KNOBS[name]}.")
-            out[name] = float(value)
-        elif name == "activation":
-            if value not in _ACTIVATIONS:
-                raise ValueError(f"Invalid value {value!r} for knob 'activation'. Valid values "
-                                 f"are: {list(_ACTIVATIONS)}.")
-            out[name] = value
-        elif name == "normalization":
-            if value not in _NORMALIZATIONS:
-                raise ValueError(f"Invalid value {value!r} for knob 'normalization'. Valid "
-                                 f"values are: {list(_NORMALIZATIONS)}.")
-            out[name] = value
-    return out
 
 
 def _causal_inference(reasoner: ProbabilisticReasoner) -> Any:
@@ -371,7 +327,7 @@ def what_if(reasoner: ProbabilisticReasoner, trace: Trace, **knobs: Any) -> Coun
         For an unknown knob or value (the message lists the valid ones).
     """
     reasoner._check_fitted()
-    changes = validate_knobs(knobs)
+    changes = validate_knobs(**knobs)
     structure = reasoner.structure_
     roles = structure.roles
     evidence = reasoner.evidence(trace)

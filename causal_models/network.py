@@ -36,6 +36,7 @@ from causal_models.placement import fit_placement
 from causal_models.registry import list_root_causes
 from causal_models.structure import NO_CAUSE, build_structure
 from neuraldbg.errors import NotFittedError
+from neuraldbg.knobs import KNOBS
 from neuraldbg.methods import diagnose
 from neuraldbg.records import HEALTHY, Hypothesis
 from neuraldbg.trace import Trace
@@ -73,8 +74,8 @@ def _pgmpy(*, estimators: bool = True) -> Any:
 def _is_plain(ground_truth: dict[str, Any]) -> bool:
     """A run of the scenario as defined: no knob changed, default severity (when known)."""
     knobs = ground_truth.get("knobs") or {}
-    changed = any(v is not None and (k not in ("lr_scale", "init_scale", "input_scale")
-                                     or v != 1.0) for k, v in knobs.items())
+    changed = any(v is not None and (KNOBS[k].kind != "multiplier" or v != 1.0)
+                  for k, v in knobs.items() if k in KNOBS)
     default = ground_truth.get("default_severity")
     off_default = default is not None and ground_truth.get("severity") != default
     return not changed and not off_default

@@ -54,6 +54,7 @@ from causal_models.registry import (
     list_failure_modes,
     list_root_causes,
 )
+from neuraldbg.knobs import KNOBS
 from neuraldbg.records import HEALTHY
 
 __all__ = [
@@ -66,11 +67,11 @@ __all__ = [
 
 #: Root-cause state of a healthy run.
 NO_CAUSE = "none"
-#: Latent knob-level node -> the multiplicative knob that moves it.
-LEVEL_NODES: dict[str, str] = {"lr_level": "lr_scale", "init_level": "init_scale",
-                               "input_level": "input_scale"}
-#: Decades of the knob per level step.
-LEVEL_WIDTH: dict[str, float] = {"lr_level": 1.0, "init_level": 0.5, "input_level": 1.0}
+#: Latent knob-level node -> the multiplicative knob that moves it (from :data:`KNOBS`).
+LEVEL_NODES: dict[str, str] = {k.node: k.name for k in KNOBS.values() if k.kind == "multiplier"}
+#: Decades of the knob per level step (from :data:`KNOBS`).
+LEVEL_WIDTH: dict[str, float] = {k.node: float(k.level_width or 1.0) for k in KNOBS.values()
+                                 if k.kind == "multiplier"}
 # Knob evidence: node -> (parent, states, {parent state: {state: weight}}).
 _KNOB_EVIDENCE: dict[str, tuple[str, tuple[str, ...], dict[str, dict[str, float]]]] = {
     "update": ("lr_level", UPDATE_STATES, {

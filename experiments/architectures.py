@@ -15,7 +15,7 @@ from collections import OrderedDict
 import torch
 from torch import nn
 
-from experiments.knobs import ACTIVATIONS
+from neuraldbg.knobs import ACTIVATIONS
 from experiments.scenario import ArchConfig
 
 __all__ = ["build_model", "make_activation", "make_norm", "ARCHITECTURES"]
@@ -25,7 +25,7 @@ ARCHITECTURES: tuple[str, ...] = ("mlp", "cnn", "resnet", "rnn", "transformer")
 
 
 def make_activation(name: str) -> nn.Module:
-    """A fresh activation module by name (one of :data:`experiments.knobs.ACTIVATIONS`)."""
+    """A fresh activation module by name (one of :data:`neuraldbg.knobs.ACTIVATIONS`)."""
     table = {
         "relu": nn.ReLU, "leaky_relu": lambda: nn.LeakyReLU(0.01), "gelu": nn.GELU,
         "tanh": nn.Tanh, "sigmoid": nn.Sigmoid,

@@ -31,7 +31,7 @@ import numpy as np
 from scipy import stats
 
 import neuraldbg as ndb
-from experiments.knobs import make_knobs
+from neuraldbg.knobs import make_knobs
 from experiments.registry import build_scenario, get_family
 from experiments.runner import run_scenario
 from experiments.scenario import Symptom

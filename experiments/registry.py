@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from experiments.knobs import make_knobs
+from neuraldbg.knobs import make_knobs
 from experiments.scenario import Scenario
 
 __all__ = ["FamilySpec", "register_family", "get_family", "list_families", "build_scenario"]

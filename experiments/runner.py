@@ -30,7 +30,7 @@ import torch.nn.functional as F
 import neuraldbg as ndb
 from experiments.architectures import build_model
 from experiments.datasets import load_dataset
-from experiments.knobs import Knobs, make_knobs
+from neuraldbg.knobs import Knobs, make_knobs
 from experiments.registry import FamilySpec, build_scenario, get_family
 from experiments.scenario import OnsetRule, Scenario
 from experiments.symptoms import onset_series
@@ -210,7 +210,7 @@ def run_scenario(family: str | FamilySpec, severity: float | None = None, seed: 
         Record per-module statistics every ``every`` steps.
     **knobs
         ``lr_scale``, ``init_scale``, ``input_scale``, ``grad_clip``, ``activation``,
-        ``normalization``, relative to the scenario (see :mod:`experiments.knobs`).
+        ``normalization``, relative to the scenario (see :mod:`neuraldbg.knobs`).
 
     Returns
     -------
