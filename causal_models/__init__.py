@@ -11,8 +11,9 @@ answers posteriors, ``do()`` queries and counterfactual what-ifs (:mod:`.network
 >>> model.explain(trace)[0]                                       # doctest: +SKIP
 >>> model.what_if(trace, lr_scale=0.1).p_failure                  # doctest: +SKIP
 
-Importing this package registers the ``"probabilistic"`` method with
-:mod:`neuraldbg.methods` (when that registry exists), backed by the default model.
+The package declares :class:`ProbabilisticMethod` as the ``"probabilistic"`` method in the
+``neuraldbg.methods`` entry-point group; :mod:`neuraldbg.methods` loads it on first use,
+backed by the default model.
 """
 
 from __future__ import annotations
@@ -69,6 +70,7 @@ __all__ = [
     "register_failure_mode",
     "register_root_cause",
     "unregister",
+    "ProbabilisticMethod",
     "get_failure_mode",
     "get_root_cause",
     "list_failure_modes",
@@ -111,43 +113,40 @@ def load_default_model(*, reload: bool = False) -> ProbabilisticReasoner:
     return _DEFAULT["model"]
 
 
-class _DefaultProbabilistic:
-    """The ``"probabilistic"`` method of :mod:`neuraldbg.methods`: the default model."""
+class ProbabilisticMethod:
+    """The ``"probabilistic"`` diagnosis method of :mod:`neuraldbg.methods`.
+
+    ``neuraldbg`` finds it through the ``neuraldbg.methods`` entry point this package
+    declares (``pyproject.toml``), so ``neuraldbg`` never imports ``causal_models``.
+
+    Parameters
+    ----------
+    model : ProbabilisticReasoner, optional
+        A fitted model; the shipped default model (:func:`load_default_model`) when omitted.
+    """
 
     name = "probabilistic"
 
     def __init__(self, model: ProbabilisticReasoner | None = None) -> None:
         self.model = model
 
-    def _model(self) -> ProbabilisticReasoner:
+    def fitted_model(self) -> ProbabilisticReasoner:
+        """The model this method answers with."""
         return self.model if self.model is not None else load_default_model()
 
     def explain(self, trace: Any) -> list[Any]:
         """Ranked hypotheses with posterior confidences."""
-        return self._model().explain(trace)
+        return self.fitted_model().explain(trace)
 
     def predict_proba(self, traces: Any) -> Any:
         """Posterior over failure types (columns ``classes_``)."""
-        return self._model().predict_proba(traces)
+        return self.fitted_model().predict_proba(traces)
+
+    def what_if(self, trace: Any, **knobs: Any) -> Counterfactual:
+        """The run's counterfactual under changed knobs (:func:`what_if`)."""
+        return self.fitted_model().what_if(trace, **knobs)
 
     @property
     def classes_(self) -> Any:
         """Failure types and ``"healthy"``."""
-        return self._model().classes_
-
-
-def _register_method() -> None:
-    try:
-        from neuraldbg import methods
-    except ImportError:  # the method registry is not there
-        return
-    register = getattr(methods, "register_method", None)
-    if register is None:
-        return
-    try:
-        register("probabilistic")(_DefaultProbabilistic)
-    except ValueError:  # already registered (a reload, or a user's own "probabilistic")
-        pass
-
-
-_register_method()
+        return self.fitted_model().classes_

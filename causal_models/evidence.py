@@ -43,7 +43,9 @@ def clip_share(grad_norm: np.ndarray, clip: float, bins: Bins | None = None) -> 
     grad_norm : array
         The run's recorded global gradient norm per step (``trace.steps["grad_norm"]``).
         A run clipped at ``c`` records its norms after the cap, at ``c``: those count as
-        capped. A non-finite norm (the blow-up clipping would act on) counts as capped.
+        capped. A non-finite norm counts as capped only when the clip also caps a finite
+        norm of the run: a threshold above every finite norm would have acted only once the
+        run had already overflowed, too late to change it.
     clip : float
         The clipping threshold (a positive total norm).
     bins : Bins, optional
@@ -58,7 +60,10 @@ def clip_share(grad_norm: np.ndarray, clip: float, bins: Bins | None = None) -> 
     g = np.asarray(grad_norm, dtype=float)
     if not g.size:
         return 0.0
-    capped = ~np.isfinite(g) | (g >= bins.clip_engage * float(clip))
+    finite = np.isfinite(g)
+    capped = finite & (g >= bins.clip_engage * float(clip))
+    if capped.any():
+        capped |= ~finite
     return float(np.mean(capped))
 
 

@@ -14,7 +14,8 @@ root cause -> failure type):
    with ``U ~ Uniform(0, 1)``, so the posterior of ``F`` pins down where this run's ``U``
    lies.
 2. **Action**: the knobs change. A multiplier moves a level by ``log10(k) / LEVEL_WIDTH``
-   level steps (a fractional move splits the mass between the two nearest levels); an
+   level steps from where the run sits inside its level (:func:`_landing`: a fractional
+   move splits the mass between neighbouring levels, a move of 0 keeps the level); an
    activation or normalization setting replaces that node's state; ``grad_clip=c`` sets
    the clipping node from how many of the run's recorded gradient norms ``c`` would cap
    (none: a clip above them all changes nothing; the peaks; or most steps).
@@ -28,8 +29,19 @@ removes it removes the failure, unless another fault the action creates takes it
 The faults are dependent given the evidence (a failing run has one root cause, which explains
 the other faults away), so the abduction is stratified by the posterior root cause: within a
 stratum the faults are treated as independent given their abducted posteriors, and the
-strata are mixed by their posterior weights. A ``what_if()`` that changes nothing therefore
-gives back (up to calibration) the posterior of the run as it happened.
+strata are mixed by their posterior weights.
+
+Consistency. Factual and counterfactual are both answered by the twin network, on one
+scale: the factual world is the same abduction and prediction without an action, and a knob
+at its factual value (a multiplier of 1, a clip above every recorded gradient norm, the
+run's own activation) is no action at all, so a no-op returns ``p_failure ==
+p_failure_factual`` exactly. The twin network's scale is not the
+calibrated posterior of ``explain`` (its stratified abduction reproduces that posterior only
+approximately, and the calibration map was fitted on factual verdicts, not on re-runs); the
+posterior is kept in ``metadata["posterior_p_failure"]``. Putting the counterfactual on the
+posterior's scale was measured and dropped: adding the twin's difference to the posterior and
+calibrating it took what_if accuracy against re-runs on the zoo's seed-10 runs from 0.92 to
+0.71, and multiplying the odds did worse (``docs/design-notes.md``).
 """
 
 from __future__ import annotations
@@ -55,6 +67,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Counterfactual", "intervene", "what_if"]
 
+_METHOD = "abduction-action-prediction (twin network, monotone faults)"
 #: Root-cause strata below this posterior weight are left out of the abduction.
 _MIN_STRATUM = 0.01
 
@@ -168,16 +181,34 @@ def intervene(reasoner: ProbabilisticReasoner, do: dict[str, str],
                      name="p")
 
 
-def _shift(dist: dict[str, float], states: tuple[str, ...], steps: float) -> dict[str, float]:
-    """Move a distribution over ordered levels by a fractional number of steps."""
-    out: dict[str, float] = {s: 0.0 for s in states}
-    lo, frac = math.floor(steps), steps - math.floor(steps)
-    for state, p in dist.items():
-        i = states.index(state)
-        for offset, w in ((lo, 1.0 - frac), (lo + 1, frac)):
-            if w > 0:
-                j = min(max(i + offset, 0), len(states) - 1)
-                out[states[j]] += p * w
+def _landing(states: tuple[str, ...], state: str, offset: float, steps: float
+             ) -> dict[str, float]:
+    """Where a run in level ``state`` lands when its knob moves by ``steps`` level steps.
+
+    Abduction placed the run in ``state``, at ``offset`` level steps from the level's centre
+    (:func:`causal_models.placement.offset`, within +-0.5). Its exact position is uncertain:
+    uniform over the part of the level that lies within half a level of that place. The move
+    shifts that interval, and each level gets the share of it that falls inside the level
+    (the end levels take what falls beyond them). A move of 0 keeps the run in ``state``
+    exactly, so an action that does not move the knob changes nothing; the answer is
+    continuous and monotone in ``steps``; with ``offset`` 0 it is the linear split between the
+    two nearest levels.
+    """
+    i = states.index(state)
+    lo, hi = i - 0.5 + max(offset, 0.0), i + 0.5 + min(offset, 0.0)
+    lo, hi = lo + steps, hi + steps
+    width = hi - lo
+    out: dict[str, float] = {}
+    last = len(states) - 1
+    for j, name in enumerate(states):
+        left = -math.inf if j == 0 else j - 0.5
+        right = math.inf if j == last else j + 0.5
+        if width <= 1e-12:
+            share = 1.0 if left <= lo < right else 0.0
+        else:
+            share = max(0.0, min(hi, right) - max(lo, left)) / width
+        if share > 0:
+            out[name] = share
     return out
 
 
@@ -266,8 +297,8 @@ def _predict(reasoner: ProbabilisticReasoner, faults: list[str], abduct_on: dict
             options: list[tuple[dict[str, str], float]] = [({}, 1.0)]
             for h in hidden:
                 # the run's place inside its level decides where a multiplier lands it
-                dist = (_shift({state[h]: 1.0}, KNOB_NODES[h], moves[h] + placement.offset(
-                    reasoner, h, state[h], features, evidence)) if h in moves
+                dist = (_landing(KNOB_NODES[h], state[h], placement.offset(
+                    reasoner, h, state[h], features, evidence), moves[h]) if h in moves
                     else {state[h]: 1.0})
                 options = [({**a, h: s}, wa * ws) for a, wa in options
                            for s, ws in dist.items() if ws > 0]
@@ -338,6 +369,7 @@ def what_if(reasoner: ProbabilisticReasoner, trace: Trace, **knobs: Any) -> Coun
         else math.nan
     factual = reasoner.predict_proba(trace)[0]
     classes = list(reasoner.classes_)
+    healthy = classes.index(HEALTHY)
     latent = {n for n, r in roles.items() if r in ("latent_knob", "trait")}
 
     # 2. Action (the node states under the intervention), set up first: abduction needs
@@ -358,18 +390,71 @@ def what_if(reasoner: ProbabilisticReasoner, trace: Trace, **knobs: Any) -> Coun
         if math.isfinite(decades):
             acted["sigmoid_decay"] = sigmoid_decay_state(decades, reasoner.bins)
 
+    # A knob at its factual value moves nothing: a multiplier of 1, a clip that never
+    # bites, a setting the run already had.
+    moves = {n: v for n, v in moves.items() if v != 0.0}
+    acted = {n: v for n, v in acted.items() if evidence.get(n) != v}
+    latent_post = {}
+    for node in sorted(latent):
+        order, names, values = _joint(reasoner, [node], evidence)
+        latent_post[node] = {s: round(float(v), 4) for s, v in zip(names[node], values)}
     faults = sorted(n for n, r in roles.items() if r == "fault")
-    # The faults are dependent given the evidence (co-parents of the root cause: a failing
-    # run has one cause, which explains the others away). Abduction is therefore stratified
-    # by the root cause: within each posterior root-cause state the faults are treated as
-    # independent, and the strata are mixed by their posterior weights.
+    # The factual world on the twin network: the same abduction and prediction without an
+    # action.
+    noop_raw, q_old, abduction, p_rc, rc_names, strata = _twin(
+        reasoner, faults, evidence, {}, {}, latent, classes, features)
+    if moves or acted:
+        predicted, q_new, _, p_rc, rc_names, _ = _twin(
+            reasoner, faults, evidence, acted, moves, latent, classes, features)
+    else:  # a no-op: the counterfactual world is the factual one
+        predicted, q_new = noop_raw, q_old
+    return Counterfactual(
+        knobs=dict(knobs),
+        p_failure_factual=float(1.0 - noop_raw[healthy]),
+        p_failure=float(1.0 - predicted[healthy]),
+        failure_type=str(classes[int(np.argmax(predicted))]),
+        p_failure_types={c: float(p) for c, p in zip(classes, predicted)},
+        p_failure_types_factual={c: float(p) for c, p in zip(classes, noop_raw)},
+        metadata={
+            "method": _METHOD,
+            "abduction": {"p_fault": abduction, "latent": latent_post},
+            "action": {**acted, **{f"{n} (level steps)": round(v, 3)
+                                   for n, v in moves.items()}},
+            "prediction": {"p_fault": {f: round(q, 4) for f, q in q_new.items()},
+                           "p_root_cause": {s: round(float(v), 4) for s, v in zip(
+                               rc_names, p_rc)},
+                           "root_cause_strata": strata,
+                           "no_op": not (moves or acted)},
+            "posterior_p_failure": float(1.0 - factual[healthy]),
+        })
+
+
+def _twin(reasoner: ProbabilisticReasoner, faults: list[str], evidence: dict[str, str],
+          acted: dict[str, str], moves: dict[str, float], latent: set[str],
+          classes: list[str], features: dict[str, float]
+          ) -> tuple[np.ndarray, dict[str, float], dict[str, float], np.ndarray, list[str],
+                     dict[str, float]]:
+    """Abduction, action and prediction on the twin network, stratified by root cause.
+
+    The faults are dependent given the evidence (co-parents of the root cause: a failing run
+    has one cause, which explains the others away). Abduction is therefore stratified by the
+    root cause: within each posterior root-cause state the faults are treated as
+    independent, and the strata are mixed by their posterior weights.
+
+    Returns
+    -------
+    tuple
+        Outcome probabilities (``classes`` order), the faults' probabilities after the action
+        and in the run, the root cause's distribution after it with its state names, and the
+        strata's weights.
+    """
     order, names, values = _joint(reasoner, ["root_cause"], evidence)
     strata = [(str(r), float(w)) for r, w in zip(names["root_cause"], values)
               if w >= _MIN_STRATUM]
     norm = sum(w for _, w in strata)
     predicted = np.zeros(len(classes))
-    q_mix: dict[str, float] = {f: 0.0 for f in faults}
-    abduction: dict[str, float] = {f: 0.0 for f in faults}
+    q_mix: dict[str, float] = dict.fromkeys(faults, 0.0)
+    abduction: dict[str, float] = dict.fromkeys(faults, 0.0)
     p_rc_mix: np.ndarray | None = None
     rc_names: list[str] = []
     for cause, weight in strata:
@@ -382,28 +467,6 @@ def what_if(reasoner: ProbabilisticReasoner, trace: Trace, **knobs: Any) -> Coun
             q_mix[f] += w * q_new[f]
             abduction[f] += w * q_old[f]
         p_rc_mix = w * p_rc if p_rc_mix is None else p_rc_mix + w * p_rc
-    abduction = {f: round(q, 4) for f, q in abduction.items()}
-    q_new = q_mix
-    p_rc = p_rc_mix if p_rc_mix is not None else np.zeros(0)
-    healthy = classes.index(HEALTHY)
-    latent_post = {}
-    for node in sorted(latent):
-        order, names, values = _joint(reasoner, [node], evidence)
-        latent_post[node] = {s: round(float(v), 4) for s, v in zip(names[node], values)}
-    return Counterfactual(
-        knobs=dict(knobs),
-        p_failure_factual=float(1.0 - factual[healthy]),
-        p_failure=float(1.0 - predicted[healthy]),
-        failure_type=str(classes[int(np.argmax(predicted))]),
-        p_failure_types={c: float(p) for c, p in zip(classes, predicted)},
-        p_failure_types_factual={c: float(p) for c, p in zip(classes, factual)},
-        metadata={
-            "method": "abduction-action-prediction (twin network, monotone faults)",
-            "abduction": {"p_fault": abduction, "latent": latent_post},
-            "action": {**acted, **{f"{n} (level steps)": round(v, 3)
-                                   for n, v in moves.items()}},
-            "prediction": {"p_fault": {f: round(q, 4) for f, q in q_new.items()},
-                           "p_root_cause": {s: round(float(v), 4) for s, v in zip(
-                               rc_names, p_rc)},
-                           "root_cause_strata": {r: round(w / norm, 4) for r, w in strata}},
-        })
+    return (predicted, q_mix, {f: round(q, 4) for f, q in abduction.items()},
+            p_rc_mix if p_rc_mix is not None else np.zeros(0), rc_names,
+            {r: round(w / norm, 4) for r, w in strata})

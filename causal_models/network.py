@@ -405,6 +405,19 @@ class ProbabilisticReasoner:
         return pd.DataFrame(self._calibrate_joint(joint[None])[0], index=self.classes_,
                             columns=self.root_causes_)
 
+    def raw_proba(self, trace: Trace) -> np.ndarray:
+        """The network's posterior over failure types before recalibration.
+
+        ``calibrator_.transform(raw_proba(trace))`` is ``predict_proba(trace)[0]``.
+
+        Returns
+        -------
+        numpy.ndarray
+            Shape ``(n_classes,)``, in ``classes_`` order.
+        """
+        self._check_fitted()
+        return self._joint(self._engine(), self.evidence(trace)).sum(axis=1)
+
     def _calibrate_joint(self, joint: np.ndarray) -> np.ndarray:
         marginal = joint.sum(axis=2)
         calibrated = self.calibrator_.transform(marginal)

@@ -6,39 +6,48 @@ from __future__ import annotations
 from typing import Any
 
 from neuraldbg.capture import Recorder
+from neuraldbg.knobs import validate_knobs
+from neuraldbg.methods import get_method
 from neuraldbg.records import Hypothesis
+from neuraldbg.sufficiency import usable_trace
 from neuraldbg.trace import Trace
 
 __all__ = ["NeuralDbg", "what_if"]
 
 
-def what_if(trace: Trace, **knobs: Any) -> Any:
+def what_if(trace: Trace, method: str | Any = "probabilistic", **knobs: Any) -> Any:
     """What the run would have done under changed knobs, from its trace (no re-training).
 
-    The counterfactual of the probabilistic causal model (abduction, action, prediction);
-    ``causal_models`` is imported on first use.
+    The counterfactual of a method that answers them (the ``"probabilistic"`` causal model:
+    abduction, action, prediction), found through the method registry. Steps that never
+    finished are left out, as :func:`neuraldbg.methods.explain` leaves them out.
 
     Parameters
     ----------
     trace : Trace
         The run as it happened.
+    method : str or object, default="probabilistic"
+        A registered method name, or an object with ``what_if(trace, **knobs)``.
     **knobs
         ``lr_scale``, ``init_scale``, ``input_scale``, ``grad_clip``, ``activation``,
-        ``normalization`` (relative to the run).
+        ``normalization`` (relative to the run; :data:`neuraldbg.knobs.KNOBS`).
 
     Returns
     -------
-    causal_models.Counterfactual
+    Counterfactual
         ``p_failure_factual``, ``p_failure``, ``failure_type`` and metadata.
 
     Raises
     ------
     ValueError
-        For an unknown knob or value.
+        For an unknown knob or value, or a method that does not answer counterfactuals.
     """
-    import causal_models  # lazy: neuraldbg does not import causal_models at import time
-
-    return causal_models.load_default_model().what_if(trace, **knobs)
+    validate_knobs(**knobs)
+    engine = get_method(method)
+    if not callable(getattr(engine, "what_if", None)):
+        raise ValueError(f"The diagnosis method {method!r} does not answer counterfactuals "
+                         "(it has no what_if); use method='probabilistic'.")
+    return engine.what_if(usable_trace(trace), **knobs)
 
 
 class NeuralDbg(Recorder):

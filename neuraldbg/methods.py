@@ -1,19 +1,25 @@
 """Diagnosis methods: a registry by name, the heuristic reasoner, and functions of a trace.
 
 ``explain(trace, method="heuristic")`` runs a registered method. ``"heuristic"`` is the
-Post-Mortem Reasoner (states -> events -> compression -> hypotheses); ``"probabilistic"`` is
-registered by the ``causal_models`` package, imported only when that name is asked for.
-A researcher adds a method with :func:`register_method`::
+Post-Mortem Reasoner (states -> events -> compression -> hypotheses). Methods that live in
+other installed packages are found through the ``neuraldbg.methods`` entry-point group and
+loaded on first use: the ``causal_models`` package declares ``"probabilistic"`` there, so
+``neuraldbg`` never imports it. A researcher adds a method with :func:`register_method`::
 
     @register_method("my_rules")
     class MyRules:
         def explain(self, trace): ...          # -> list[Hypothesis], highest first
+
+or, from a package of their own, with an entry point in its ``pyproject.toml``::
+
+    [project.entry-points."neuraldbg.methods"]
+    my_rules = "my_package.rules:MyRules"
 """
 
 from __future__ import annotations
 
-import importlib
 import os
+from importlib.metadata import EntryPoint, entry_points
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -28,6 +34,7 @@ from neuraldbg.graph import build_causal_graph, to_mermaid
 from neuraldbg.hypotheses import RootCause, generate_hypotheses, rank_root_causes, resolve_overlaps
 from neuraldbg.records import FAILURE_TYPES, HEALTHY, Event, Hypothesis
 from neuraldbg.states import StateTable, ThresholdConfig, classify_states
+from neuraldbg.sufficiency import hedge, thin_evidence, usable_trace
 from neuraldbg.symptoms import Symptom, find_symptoms
 from neuraldbg.trace import Trace, load_trace
 
@@ -46,8 +53,8 @@ __all__ = [
 ]
 
 _METHODS: dict[str, type] = {}
-#: Methods that live in other packages, imported on first use: name -> module.
-_LAZY: dict[str, str] = {"probabilistic": "causal_models"}
+#: The entry-point group through which installed packages declare methods.
+ENTRY_POINT_GROUP = "neuraldbg.methods"
 T = TypeVar("T", bound=type)
 
 
@@ -83,9 +90,14 @@ def register_method(name: str) -> Callable[[T], T]:
     return decorator
 
 
+def _declared() -> dict[str, EntryPoint]:
+    """Methods that installed packages declare in the entry-point group, by name."""
+    return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
+
+
 def available_methods() -> list[str]:
-    """Registered method names (plus those importable on demand)."""
-    return sorted(set(_METHODS) | set(_LAZY))
+    """Registered method names, and those installed packages declare (loaded on first use)."""
+    return sorted(set(_METHODS) | set(_declared()))
 
 
 def get_method(method: str | Any) -> Any:
@@ -101,12 +113,16 @@ def get_method(method: str | Any) -> Any:
             return method
         raise TypeError(f"method must be a registered name or an object with explain(trace), "
                         f"got {type(method).__name__}. Registered: {available_methods()}.")
-    if method not in _METHODS and method in _LAZY:
-        try:
-            importlib.import_module(_LAZY[method])
-        except ImportError as exc:
-            raise ValueError(f"Method {method!r} lives in the {_LAZY[method]!r} package, which "
-                             f"could not be imported ({exc}).") from exc
+    if method not in _METHODS:
+        declared = _declared().get(method)
+        if declared is not None:
+            try:
+                cls = declared.load()
+            except ImportError as exc:
+                raise ValueError(f"Method {method!r} is declared by {declared.value!r}, which "
+                                 f"could not be imported ({exc}).") from exc
+            if method not in _METHODS:  # loading may have registered it already
+                register_method(method)(cls)
     if method not in _METHODS:
         raise ValueError(f"Unknown diagnosis method {method!r}. Registered methods are: "
                          f"{available_methods()}.")
@@ -275,8 +291,19 @@ def explain(trace: Trace | str | os.PathLike[str], method: str | Any = "heuristi
     -------
     list of Hypothesis
         Empty, or no hypothesis with ``confidence >= 0.5``, means the run is judged healthy.
+        Steps that never finished are left out; a trace of fewer than
+        :data:`neuraldbg.sufficiency.MIN_STEPS` finished steps gives no hypothesis at 0.5 or
+        above, and its hypotheses say why (``metadata["thin_evidence"]``).
+
+    Raises
+    ------
+    ValueError
+        If the trace holds no finished step, or ``method`` is not registered.
     """
-    return list(get_method(method).explain(_as_trace(trace)))
+    usable = usable_trace(_as_trace(trace))
+    hypotheses = list(get_method(method).explain(usable))
+    reason = thin_evidence(usable)
+    return hedge(hypotheses, reason) if reason else hypotheses
 
 
 def get_root_causes(trace: Trace | str | os.PathLike[str], method: str | Any = "heuristic"

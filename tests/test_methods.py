@@ -41,12 +41,41 @@ def test_register_a_custom_method_and_pass_an_instance():
         _METHODS.pop("always_plateau_test", None)
 
 
-def test_probabilistic_method_is_imported_on_demand_and_explains():
-    assert "probabilistic" in available_methods()
-    method = get_method("probabilistic")  # imports causal_models, loads the shipped model
-    hyps = method.explain(make_trace(["Linear", "ReLU"], 30))
-    assert isinstance(hyps, list) and all(isinstance(h, ndb.Hypothesis) for h in hyps)
-    assert all(0.0 <= h.confidence <= 1.0 for h in hyps)
+def test_probabilistic_method_is_found_through_its_entry_point_and_explains():
+    """neuraldbg never imports causal_models: the method comes from the entry point the
+    package declares, on first use, and it diagnoses a real diverging run."""
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent("""
+        import sys, torch
+        import neuraldbg as ndb
+        from neuraldbg.methods import ENTRY_POINT_GROUP, available_methods
+        from importlib.metadata import entry_points
+        assert "causal_models" not in sys.modules
+        declared = {ep.name: ep.value for ep in entry_points(group=ENTRY_POINT_GROUP)}
+        assert declared["probabilistic"] == "causal_models:ProbabilisticMethod", declared
+        assert "probabilistic" in available_methods()
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(),
+                                    torch.nn.Linear(32, 1))
+        opt = torch.optim.SGD(model.parameters(), lr=5.0)
+        x = torch.randn(128, 16); y = x[:, :1].sin()
+        with ndb.NeuralDbg(model, optimizer=opt) as dbg:
+            for _ in range(40):
+                opt.zero_grad(); loss = ((model(x) - y) ** 2).mean()
+                loss.backward(); opt.step(); dbg.step(loss)
+        assert "causal_models" not in sys.modules
+        top = dbg.explain_failure(method="probabilistic")[0]
+        assert "causal_models" in sys.modules
+        assert top.confidence >= 0.5, top
+        assert top.failure_type in ("loss_divergence", "exploding_gradients"), top
+        assert top.root_cause == "learning_rate_too_high", top
+    """)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
 
 
 def test_predict_proba_shape_and_healthy_column():

@@ -1,0 +1,83 @@
+"""Thin or broken evidence gives no confident verdict, and no exception (real training)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import neuraldbg as ndb
+from neuraldbg.sufficiency import HEDGED_CONFIDENCE, MIN_STEPS, hedge
+from tests.training import train
+
+METHODS = ["heuristic", "probabilistic"]
+
+
+def _mlp() -> nn.Module:
+    return nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 1))
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("steps", [1, MIN_STEPS - 1])
+def test_a_handful_of_steps_gives_no_confident_verdict(method: str, steps: int) -> None:
+    dbg = train(_mlp(), steps)
+    hyps = ndb.explain(dbg.trace, method=method)
+    assert all(h.confidence < 0.5 for h in hyps)
+    assert all("finished step" in h.metadata["thin_evidence"] for h in hyps)
+
+
+def test_a_thin_diverged_run_is_still_named_but_not_claimed() -> None:
+    """A rate of 1e4 blows up at once: the failure is ranked, but below 0.5."""
+    dbg = train(_mlp(), 3, lr=1e4)
+    hyps = ndb.explain(dbg.trace)
+    assert hyps, "the divergence is still reported"
+    assert max(h.confidence for h in hyps) <= HEDGED_CONFIDENCE
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_a_model_with_one_leaf_module_is_explained(method: str) -> None:
+    dbg = train(nn.Linear(16, 1), 40)
+    hyps = ndb.explain(dbg.trace, method=method)
+    assert all(h.confidence < 0.5 for h in hyps), hyps[:1]  # it trains fine
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_a_step_interrupted_by_an_exception_is_not_a_failure(method: str) -> None:
+    """A healthy run whose loop raised inside a step (the forward ran, no dbg.step)."""
+    model = _mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    x = torch.randn(128, 16, generator=torch.Generator().manual_seed(0))
+    y = x[:, :1].sin()
+    dbg = ndb.NeuralDbg(model, optimizer=opt)
+    with pytest.raises(RuntimeError, match="data loader"):
+        with dbg:
+            for step in range(41):
+                opt.zero_grad()
+                loss = ((model(x) - y) ** 2).mean()
+                if step == 40:
+                    raise RuntimeError("data loader worker died")
+                loss.backward()
+                opt.step()
+                dbg.step(loss)
+    hyps = ndb.explain(dbg.trace, method=method)
+    assert all(h.confidence < 0.5 for h in hyps), hyps[:1]
+    cf = ndb.what_if(dbg.trace)
+    assert cf.p_failure == cf.p_failure_factual
+
+
+def test_no_finished_step_is_a_clear_error() -> None:
+    model = _mlp()
+    dbg = ndb.NeuralDbg(model)
+    with pytest.raises(ValueError, match="no finished training step"):
+        with dbg:
+            model(torch.randn(4, 16))
+            dbg.explain_failure()
+
+
+def test_hedge_keeps_order_and_ratios() -> None:
+    hyps = [ndb.Hypothesis("loss_divergence", "learning_rate_too_high", "0", 0, 0.9, {}),
+            ndb.Hypothesis("exploding_gradients", "unknown", "0", 0, 0.3, {})]
+    out = hedge(hyps, "only 2 finished step(s) recorded")
+    assert [h.confidence for h in out] == pytest.approx([HEDGED_CONFIDENCE,
+                                                         HEDGED_CONFIDENCE / 3])
+    assert out[0].metadata["thin_evidence"] == "only 2 finished step(s) recorded"
