@@ -98,7 +98,7 @@ def evaluate(*, fit_seeds: list[int], score_seeds: list[int], cf_seeds: list[int
         Hyperparameters of :class:`causal_models.ProbabilisticReasoner`.
     zoo_version : str, optional
         Reuse the runs cached under this zoo version (the hash of the zoo's and the
-        capture's sources, :func:`causal_models.fit_default.zoo_version`) instead of the
+        capture's sources, :func:`benchmarks.fit_default.zoo_version`) instead of the
         current sources' hash: for a capture change that does not alter what is recorded.
 
     Returns
@@ -108,8 +108,8 @@ def evaluate(*, fit_seeds: list[int], score_seeds: list[int], cf_seeds: list[int
         ``whatif_cases`` DataFrames, ``timing``.
     """
     from causal_models import ProbabilisticReasoner
-    from causal_models.fit_default import load_zoo_traces, run_zoo, zoo_run_specs
-    from causal_models.fit_default import zoo_version as current_zoo_version
+    from benchmarks.fit_default import load_zoo_traces, run_zoo, zoo_run_specs
+    from benchmarks.fit_default import zoo_version as current_zoo_version
     from experiments import list_families
     from experiments.symptoms import health_report
     from neuraldbg.methods import get_method

@@ -173,7 +173,7 @@ def task_folds(folds: list[dict[str, Any]], latency: bool) -> dict[str, Any]:
     Each fold is ``{split, fold, fit_paths, score_paths, cases}``. The folds of one task share
     loaded traces, so the model's per-trace evidence is computed once, not once per fold.
     """
-    from causal_models.fit_default import prepare_fit_traces
+    from benchmarks.fit_default import prepare_fit_traces
 
     cache: dict[str, Any] = {}
     prepared: dict[str, Any] = {}

@@ -34,7 +34,7 @@ class Suite:
     fit_corpus : {"zoo", "suite"}
         What the folds of a fitted method are fitted on (their held-out family or architecture
         always left out): ``"zoo"``, the corpus the shipped model is fitted on
-        (``python -m causal_models.fit_default``: every severity of each family plus its
+        (``python -m benchmarks.fit_default``: every severity of each family plus its
         declared knob changes, at the fit seeds); ``"suite"``, the suite's own runs at the fit
         seeds (the tiny suite, to stay quick).
     counterfactual_seeds : tuple of int

@@ -77,7 +77,7 @@ __all__ = [
     "list_root_causes",
 ]
 
-#: The shipped default model (JSON, re-fitted by ``python -m causal_models.fit_default``).
+#: The shipped default model (JSON, re-fitted by ``python -m benchmarks.fit_default``).
 DEFAULT_MODEL_PATH = Path(__file__).parent / "data" / "default_model.json"
 _DEFAULT: dict[str, Any] = {}
 
@@ -97,14 +97,14 @@ def load_default_model(*, reload: bool = False) -> ProbabilisticReasoner:
     Raises
     ------
     FileNotFoundError
-        If the package ships no default model; ``python -m causal_models.fit_default``
+        If the package ships no default model; ``python -m benchmarks.fit_default``
         writes it.
     """
     if reload or "model" not in _DEFAULT:
         if not DEFAULT_MODEL_PATH.is_file():
             raise FileNotFoundError(
                 f"No default causal model at {DEFAULT_MODEL_PATH}. Fit it with "
-                "`python -m causal_models.fit_default` or fit a ProbabilisticReasoner on "
+                "`python -m benchmarks.fit_default` or fit a ProbabilisticReasoner on "
                 "your own traces.")
         start = time.perf_counter()
         model = ProbabilisticReasoner.from_dict(json.loads(DEFAULT_MODEL_PATH.read_text()))

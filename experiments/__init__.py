@@ -20,9 +20,9 @@ from experiments import (  # noqa: F401 - importing a family module registers it
     numerics,
     structure,
 )
-from neuraldbg.knobs import KNOB_NAMES, Knobs, make_knobs
 from experiments.registry import FamilySpec, get_family, list_families, register_family
 from experiments.runner import run_counterfactual, run_scenario
+from neuraldbg.knobs import KNOB_NAMES, Knobs, make_knobs
 
 __all__ = [
     "FamilySpec",

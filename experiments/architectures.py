@@ -15,8 +15,8 @@ from collections import OrderedDict
 import torch
 from torch import nn
 
-from neuraldbg.knobs import ACTIVATIONS
 from experiments.scenario import ArchConfig
+from neuraldbg.knobs import ACTIVATIONS
 
 __all__ = ["build_model", "make_activation", "make_norm", "ARCHITECTURES"]
 

@@ -31,11 +31,11 @@ import numpy as np
 from scipy import stats
 
 import neuraldbg as ndb
-from neuraldbg.knobs import make_knobs
 from experiments.registry import build_scenario, get_family
 from experiments.runner import run_scenario
 from experiments.scenario import Symptom
 from experiments.symptoms import compute_statistic, health_report
+from neuraldbg.knobs import make_knobs
 
 __all__ = [
     "check_family",

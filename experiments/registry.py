@@ -21,8 +21,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from neuraldbg.knobs import make_knobs
 from experiments.scenario import Scenario
+from neuraldbg.knobs import make_knobs
 
 __all__ = ["FamilySpec", "register_family", "get_family", "list_families", "build_scenario"]
 

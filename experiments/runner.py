@@ -30,10 +30,10 @@ import torch.nn.functional as F
 import neuraldbg as ndb
 from experiments.architectures import build_model
 from experiments.datasets import load_dataset
-from neuraldbg.knobs import Knobs, make_knobs
 from experiments.registry import FamilySpec, build_scenario, get_family
 from experiments.scenario import OnsetRule, Scenario
 from experiments.symptoms import onset_series
+from neuraldbg.knobs import Knobs, make_knobs
 
 __all__ = ["run_scenario", "run_counterfactual", "expected_outcome", "measure_onset",
            "seed_everything", "zoo_fingerprint"]

@@ -19,9 +19,9 @@ or, from a package of their own, with an entry point in its ``pyproject.toml``::
 from __future__ import annotations
 
 import os
-from importlib.metadata import EntryPoint, entry_points
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from importlib.metadata import EntryPoint, entry_points
 from typing import Any, TypeVar
 
 import networkx as nx

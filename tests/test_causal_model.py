@@ -18,7 +18,7 @@ from causal_models import (
     to_mermaid,
     to_networkx,
 )
-from causal_models.fit_default import with_family_labels
+from benchmarks.fit_default import with_family_labels
 from neuraldbg.errors import NotFittedError
 from neuraldbg.records import FAILURE_TYPES, HEALTHY
 

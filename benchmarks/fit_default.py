@@ -1,6 +1,6 @@
 """Re-fit the shipped default model from failure-zoo runs.
 
-``python -m causal_models.fit_default`` trains the zoo's families (every severity of each
+``python -m benchmarks.fit_default`` trains the zoo's families (every severity of each
 sweep, the fit seeds, and the knob changes each family declares: its fixes and
 counterfactuals), fits :class:`ProbabilisticReasoner` on them and writes
 ``causal_models/data/default_model.json`` (JSON only). Finished runs are cached in
@@ -31,6 +31,15 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
+
+import torch
+
+import causal_models
+from causal_models.network import ProbabilisticReasoner
+from experiments import get_family, list_families, run_scenario
+from experiments.runner import zoo_fingerprint
+from experiments.symptoms import health_report
+from neuraldbg.trace import load_trace
 
 __all__ = ["zoo_run_specs", "run_zoo", "zoo_version", "with_family_labels", "load_zoo_traces",
            "main"]
@@ -77,17 +86,11 @@ def _key(spec: dict[str, Any]) -> str:
 def zoo_version() -> str:
     """Short hash of the zoo's and the capture's sources (what a cached trace depends on):
     :func:`experiments.runner.zoo_fingerprint`."""
-    from experiments.runner import zoo_fingerprint
-
     return zoo_fingerprint()
 
 
 def _run_one(spec: dict[str, Any], path: str) -> str:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    import torch
-
-    from experiments import run_scenario
-
     torch.set_num_threads(1)
     out = Path(path)
     if (out / "DONE").is_file():
@@ -134,8 +137,6 @@ def with_family_labels(trace: Any) -> Any:
     ``training_labels`` uses them to place a non-default severity's knob level. Only the
     fitting code calls this; prediction never reads ground truth.
     """
-    from experiments import get_family
-
     gt = dict(trace.ground_truth or {})
     if "family" in gt:
         spec = get_family(gt["family"])
@@ -157,8 +158,6 @@ def load_zoo_traces(paths: list[Path], *, manifest_only: bool = False) -> list[A
         trained healthily, or the reverse. For *fitting* only: the DeepCrime rule that a
         fault counts where it manifests, applied per run.
     """
-    from neuraldbg.trace import load_trace
-
     return prepare_fit_traces([load_trace(p) for p in paths], manifest_only=manifest_only)
 
 
@@ -171,8 +170,6 @@ def prepare_fit_traces(traces: list[Any], *, manifest_only: bool = False) -> lis
         if label is None:
             continue
         if manifest_only:
-            from experiments.symptoms import health_report
-
             if bool(health_report(trace)["healthy"]) != (label == "healthy"):
                 continue
         out.append(trace)
@@ -181,10 +178,6 @@ def prepare_fit_traces(traces: list[Any], *, manifest_only: bool = False) -> lis
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Re-fit the default model and write it as JSON."""
-    import causal_models
-    from causal_models.network import ProbabilisticReasoner
-    from experiments import list_families
-
     parser = argparse.ArgumentParser(description="Re-fit causal_models' default model.")
     parser.add_argument("--seeds", type=int, nargs="+", default=[100, 101])
     parser.add_argument("--severities", choices=("all", "default"), default="all")
