@@ -36,8 +36,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from neuraldbg import records as _records
-from neuraldbg.records import FAILURE_TYPES, HEALTHY
+from neuraldbg.records import HEALTHY, extend_vocabulary, retract_vocabulary
 
 __all__ = [
     "FailureMode",
@@ -182,22 +181,6 @@ class RootCause:
 
 
 _SIGNATURE_KINDS = ("grad", "act", "loss", "progress", "spikes", "grad_ratio")
-_CORE_FAILURE_TYPES = tuple(FAILURE_TYPES)
-_CORE_ROOT_CAUSES = tuple(_records.ROOT_CAUSES)
-
-
-def _sync_vocabulary() -> None:
-    """Keep ``neuraldbg.records``' vocabularies in step with the registry.
-
-    The contract lets extensions add failure types and root causes; code that validates
-    labels against ``neuraldbg.records.FAILURE_TYPES`` / ``ROOT_CAUSES`` at call time (the
-    failure zoo's family registry does) then accepts the registered names.
-    """
-    extra_ft = tuple(m for m in _FAILURE_MODES if m != HEALTHY and m not in _CORE_FAILURE_TYPES)
-    extra_rc = tuple(c for c in _ROOT_CAUSES if c not in _CORE_ROOT_CAUSES)
-    _records.FAILURE_TYPES = _CORE_FAILURE_TYPES + extra_ft
-    _records.ROOT_CAUSES = _CORE_ROOT_CAUSES + extra_rc
-
 _FAILURE_MODES: dict[str, FailureMode] = {}
 _ROOT_CAUSES: dict[str, RootCause] = {}
 
@@ -243,7 +226,7 @@ def register_failure_mode(
                              f"one of {list(_SIGNATURE_KINDS)} (e.g. 'grad.input.late').")
     mode = FailureMode(name, dict(signature), description, family, floor)
     _FAILURE_MODES[name] = mode
-    _sync_vocabulary()
+    extend_vocabulary(failure_types=(name,))
     return mode
 
 
@@ -301,7 +284,7 @@ def register_root_cause(
         _ROOT_CAUSES[name] = RootCause(name, rule, tuple(parents), dict(failure_types), traits,
                                        knob, family, priority, label, description,
                                        {k: dict(v) for k, v in (signs or {}).items()})
-        _sync_vocabulary()
+        extend_vocabulary(root_causes=(name,))
         return rule
 
     return decorator
@@ -322,7 +305,7 @@ def unregister(name: str) -> None:
     else:
         raise KeyError(f"{name!r} is not registered. Failure modes: {_known('failure mode')}; "
                        f"root causes: {_known('root cause')}.")
-    _sync_vocabulary()
+    retract_vocabulary(name)
 
 
 def get_failure_mode(name: str) -> FailureMode:

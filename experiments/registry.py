@@ -125,7 +125,9 @@ _FAMILIES: dict[str, tuple[FamilySpec, Builder]] = {}
 
 
 def _check_spec(spec: FamilySpec) -> None:
-    from neuraldbg.records import FAILURE_TYPES, HEALTHY, ROOT_CAUSES
+    from neuraldbg.records import HEALTHY, failure_types, root_causes
+
+    known_ft, known_rc = failure_types(), root_causes()  # read now: extensions count
 
     if spec.kind not in ("failure", "healthy"):
         raise ValueError(f"Family {spec.name!r}: kind must be 'failure' or 'healthy', "
@@ -136,13 +138,13 @@ def _check_spec(spec: FamilySpec) -> None:
                              "and root_cause 'none'.")
     else:
         for ft in (spec.failure_type, *spec.secondary_failure_types):
-            if ft not in FAILURE_TYPES:
+            if ft not in known_ft:
                 raise ValueError(f"Family {spec.name!r}: unknown failure_type {ft!r}. Valid "
-                                 f"failure types are: {list(FAILURE_TYPES)}")
+                                 f"failure types are: {list(known_ft)}")
         for rc in (spec.root_cause, *spec.root_causes):
-            if rc not in ROOT_CAUSES:
+            if rc not in known_rc:
                 raise ValueError(f"Family {spec.name!r}: unknown root_cause {rc!r}. Valid "
-                                 f"root causes are: {list(ROOT_CAUSES)}")
+                                 f"root causes are: {list(known_rc)}")
         if spec.baseline_severity is None and not spec.baseline_knobs:
             raise ValueError(f"Failure family {spec.name!r} needs a baseline_severity (the "
                              "severity at which the fault is absent) or baseline_knobs (the "
@@ -156,9 +158,9 @@ def _check_spec(spec: FamilySpec) -> None:
         if set(cf) - {"knobs", "expected", "root_cause"} or "expected" not in cf:
             raise ValueError(f"Family {spec.name!r}: a counterfactual is a dict with 'knobs', "
                              f"'expected' and optionally 'root_cause'; got {cf!r}.")
-        if cf["expected"] != HEALTHY and cf["expected"] not in FAILURE_TYPES:
+        if cf["expected"] != HEALTHY and cf["expected"] not in known_ft:
             raise ValueError(f"Family {spec.name!r}: counterfactual outcome {cf['expected']!r} "
-                             f"is not 'healthy' or one of {list(FAILURE_TYPES)}.")
+                             f"is not 'healthy' or one of {list(known_ft)}.")
     if spec.default_severity not in spec.severities:
         raise ValueError(f"Family {spec.name!r}: default_severity {spec.default_severity} is not "
                          f"in its severities {spec.severities}.")

@@ -8,7 +8,17 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["FAILURE_TYPES", "ROOT_CAUSES", "HEALTHY", "Event", "Hypothesis"]
+__all__ = [
+    "FAILURE_TYPES",
+    "ROOT_CAUSES",
+    "HEALTHY",
+    "Event",
+    "Hypothesis",
+    "failure_types",
+    "root_causes",
+    "extend_vocabulary",
+    "retract_vocabulary",
+]
 
 #: Symptoms a hypothesis can name (the contract's vocabulary).
 FAILURE_TYPES: tuple[str, ...] = (
@@ -21,7 +31,7 @@ FAILURE_TYPES: tuple[str, ...] = (
 )
 #: Label of a run without failure (ground truth and counterfactual outcomes).
 HEALTHY = "healthy"
-#: Causes a hypothesis can name; extensions may register more (causal_models.registry).
+#: Causes a hypothesis can name; extensions may register more (:func:`extend_vocabulary`).
 ROOT_CAUSES: tuple[str, ...] = (
     "learning_rate_too_high",
     "learning_rate_too_low",
@@ -34,6 +44,39 @@ ROOT_CAUSES: tuple[str, ...] = (
     "missing_gradient_clipping",
     "unknown",
 )
+# Names that extensions added (causal_models' registry does), in registration order.
+_EXTRA_FAILURE_TYPES: dict[str, None] = {}
+_EXTRA_ROOT_CAUSES: dict[str, None] = {}
+
+
+def failure_types() -> tuple[str, ...]:
+    """The failure types a hypothesis can name now: the contract's, then registered ones."""
+    return FAILURE_TYPES + tuple(n for n in _EXTRA_FAILURE_TYPES if n not in FAILURE_TYPES)
+
+
+def root_causes() -> tuple[str, ...]:
+    """The root causes a hypothesis can name now: the contract's, then registered ones."""
+    return ROOT_CAUSES + tuple(n for n in _EXTRA_ROOT_CAUSES if n not in ROOT_CAUSES)
+
+
+def extend_vocabulary(*, failure_types: tuple[str, ...] = (),
+                      root_causes: tuple[str, ...] = ()) -> None:
+    """Add names to the vocabulary (an extension's failure types and root causes).
+
+    Code that validates labels reads :func:`failure_types` / :func:`root_causes` at call
+    time, so it accepts the added names from then on. Adding a name twice is harmless.
+    """
+    for name in failure_types:
+        if name != HEALTHY:
+            _EXTRA_FAILURE_TYPES.setdefault(name)
+    for name in root_causes:
+        _EXTRA_ROOT_CAUSES.setdefault(name)
+
+
+def retract_vocabulary(name: str) -> None:
+    """Remove a name an extension added; the contract's own names stay."""
+    _EXTRA_FAILURE_TYPES.pop(name, None)
+    _EXTRA_ROOT_CAUSES.pop(name, None)
 
 
 @dataclass(frozen=True, slots=True)

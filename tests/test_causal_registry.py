@@ -60,8 +60,8 @@ def test_a_registered_cause_and_mode_become_nodes_edges_and_priors() -> None:
         # the contract's vocabularies follow (the zoo validates labels against them)
         import neuraldbg.records as records
 
-        assert "noisy_labels" in records.ROOT_CAUSES
-        assert "oscillating_loss" in records.FAILURE_TYPES
+        assert "noisy_labels" in records.root_causes()
+        assert "oscillating_loss" in records.failure_types()
         # the rule is the fault node's prior: P(yes | noisy) = 0.9 of the pseudo-counts
         prior = s.prior["fault:noisy_labels"]
         np.testing.assert_allclose(prior[:, 1] / prior[:, 1].sum(), [0.1, 0.9])
@@ -82,8 +82,8 @@ def test_a_registered_cause_and_mode_become_nodes_edges_and_priors() -> None:
     assert "fault:noisy_labels" not in build_structure().states
     import neuraldbg.records as records
 
-    assert "noisy_labels" not in records.ROOT_CAUSES
-    assert set(records.ROOT_CAUSES) == set(ROOT_CAUSES)
+    assert "noisy_labels" not in records.root_causes()
+    assert set(records.root_causes()) == set(ROOT_CAUSES)
     with pytest.raises(KeyError, match="not registered"):
         registry.unregister("noisy_labels")
 

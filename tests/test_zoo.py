@@ -49,7 +49,7 @@ def test_knobs_are_validated_with_the_allowed_values():
         make_knobs(learning_rate=0.1)
     with pytest.raises(ValueError, match="Valid values are"):
         make_knobs(activation="swish")
-    with pytest.raises(ValueError, match="positive finite"):
+    with pytest.raises(ValueError, match="positive multiplier"):
         make_knobs(lr_scale=-1.0)
     with pytest.raises(ValueError, match="Valid knobs"):
         run_scenario("healthy_mlp", lr=0.1)
