@@ -41,7 +41,7 @@ from neuraldbg.methods import diagnose
 from neuraldbg.records import HEALTHY, Hypothesis
 from neuraldbg.trace import Trace
 
-__all__ = ["ProbabilisticReasoner"]
+__all__ = ["ProbabilisticReasoner", "name_undetermined_cause"]
 
 # Discretized evidence per live trace object and discretization settings: leave-one-family-out
 # evaluation fits many models on the same traces. Entries go when the trace is collected.
@@ -79,6 +79,27 @@ def _is_plain(ground_truth: dict[str, Any]) -> bool:
     default = ground_truth.get("default_severity")
     off_default = default is not None and ground_truth.get("severity") != default
     return not changed and not off_default
+
+
+def name_undetermined_cause(hyps: list[Hypothesis]) -> list[Hypothesis]:
+    """A failure the evidence shows, with no cause the evidence singles out, is named
+    with ``root_cause="unknown"`` at the failure type's posterior; the candidate causes
+    stay listed at their joint posterior (each below 0.5 then)."""
+    top = hyps[0]
+    p_ft = float(top.metadata["p_failure_type"])
+    if p_ft < 0.5 or top.confidence >= 0.5 or top.root_cause == "unknown":
+        return hyps
+    candidates = {h.root_cause: round(h.confidence, 4) for h in hyps
+                  if h.failure_type == top.failure_type}
+    unknown = Hypothesis(
+        failure_type=top.failure_type, root_cause="unknown",
+        origin_layer=top.origin_layer, origin_step=top.origin_step, confidence=p_ft,
+        metadata={**top.metadata, "p_root_cause_given_failure": None, "p_joint": None,
+                  "cause_undetermined": candidates,
+                  "reason": (f"the evidence shows {top.failure_type} (posterior "
+                             f"{p_ft:.2f}) but does not single out its cause: the most "
+                             f"probable, {top.root_cause}, has {top.confidence:.2f}")})
+    return [unknown, *hyps]
 
 
 class ProbabilisticReasoner:
@@ -460,10 +481,14 @@ class ProbabilisticReasoner:
         """Ranked hypotheses with posterior confidences (the contract's ``Hypothesis`` list).
 
         One hypothesis per (failure type, root cause) pair worth naming, highest confidence
-        first. On a run judged failing, ``confidence`` is the calibrated posterior of the
-        failure type: the most probable failure type is always listed, the others with
-        posterior >= ``min_confidence``; under each, the causes with conditional probability
-        >= 0.05 (at most three). On a run judged healthy, the three causes with the highest
+        first. On a run judged failing, ``confidence`` is the calibrated joint posterior of
+        the failure type and the cause (a hypothesis claims both): the most probable failure
+        type is always listed, the others with posterior >= ``min_confidence``; under each,
+        the causes with conditional probability >= 0.05 (at most three). When the failure is
+        probable (>= 0.5) but no cause reaches 0.5 with it, the evidence shows a failure it
+        cannot attribute: the first hypothesis names it with ``root_cause="unknown"`` at the
+        failure type's posterior, its metadata lists the candidate causes, and each specific
+        cause stays below 0.5. On a run judged healthy, the three causes with the highest
         joint posterior with *any* failure (summed over failure types) are listed, each under
         its most probable failure type, all with ``confidence`` = P(the run fails), so the
         healthy verdict reads the calibrated posterior of "healthy". The root cause's
@@ -510,8 +535,10 @@ class ProbabilisticReasoner:
             ft = str(self.classes_[i])
             p_ft = min(1.0, max(0.0, float(marginal[i])))
             cond = joint[i] / max(float(marginal[i]), 1e-300)
-            # judged healthy, every hypothesis carries P(the run fails at all)
-            conf = min(1.0, max(0.0, 1.0 - p_healthy)) if pairs_healthy else p_ft
+            # judged healthy, every hypothesis carries P(the run fails at all); judged
+            # failing, a hypothesis claims its failure type *and* its cause: the joint
+            conf = (min(1.0, max(0.0, 1.0 - p_healthy)) if pairs_healthy
+                    else min(1.0, max(0.0, float(joint[i, j]))))
             if ft not in origins:
                 origins[ft] = locate_origin(trace, disc, ft)
             layer, step, path = origins[ft]
@@ -524,7 +551,9 @@ class ProbabilisticReasoner:
                           "propagation_path": path, "onset_step": disc.onset_step,
                           "slices": [list(s) for s in disc.slices],
                           "evidence": {k: v for k, v in evidence.items()}}))
-        return hyps
+        if not pairs_healthy and hyps:
+            hyps = name_undetermined_cause(hyps)
+        return sorted(hyps, key=lambda h: -h.confidence)
 
     # ---------------------------------------------------------- causal queries
     def intervene(self, do: dict[str, str], evidence: dict[str, str] | None = None

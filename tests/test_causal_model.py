@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 import neuraldbg as ndb
+from benchmarks.fit_default import with_family_labels
 from causal_models import (
     Counterfactual,
     ProbabilisticReasoner,
@@ -18,7 +19,6 @@ from causal_models import (
     to_mermaid,
     to_networkx,
 )
-from benchmarks.fit_default import with_family_labels
 from neuraldbg.errors import NotFittedError
 from neuraldbg.records import FAILURE_TYPES, HEALTHY
 
@@ -80,6 +80,41 @@ def test_explain_names_the_injected_cause_on_unseen_seeds(fitted) -> None:
         assert confs == sorted(confs, reverse=True)
     healthy = model.explain(score["healthy_mlp"])
     assert all(h.confidence < 0.5 for h in healthy)
+
+
+def test_a_hypothesis_claims_its_cause_so_no_two_causes_tie_above_one_half(fitted) -> None:
+    """On a failing verdict each specific cause carries its joint posterior with the failure
+    type: the causes of one failure type share that type's posterior, so at most one can
+    reach 0.5, and list order never decides between equals."""
+    model, score = fitted
+    for name, trace in score.items():
+        hyps = model.explain(trace)
+        assert [h.confidence for h in hyps] == sorted((h.confidence for h in hyps), reverse=True)
+        specific = [h for h in hyps if h.root_cause != "unknown"]
+        if not hyps or hyps[0].metadata["p_healthy"] >= 0.5:
+            continue
+        for ft in {h.failure_type for h in specific}:
+            mine = [h for h in specific if h.failure_type == ft]
+            assert sum(h.confidence for h in mine) <= mine[0].metadata["p_failure_type"] + 1e-9
+        assert sum(h.confidence >= 0.5 for h in specific) <= 1, name
+
+
+def test_a_failure_without_a_cause_the_evidence_singles_out_is_named_unknown() -> None:
+    """Two causes of one plateau at 0.45 each: the failure is claimed, the cause is not."""
+    from causal_models.network import name_undetermined_cause
+
+    def hyp(cause: str, joint: float) -> ndb.Hypothesis:
+        return ndb.Hypothesis("training_plateau", cause, "fc1", 3, joint,
+                              {"p_failure_type": 0.9, "p_healthy": 0.1})
+
+    hyps = [hyp("learning_rate_too_low", 0.45), hyp("init_scale_too_small", 0.45)]
+    out = name_undetermined_cause(hyps)
+    assert (out[0].root_cause, out[0].confidence) == ("unknown", 0.9)
+    assert out[0].metadata["cause_undetermined"] == {"learning_rate_too_low": 0.45,
+                                                     "init_scale_too_small": 0.45}
+    assert all(h.confidence < 0.5 for h in out[1:])
+    clear = [hyp("learning_rate_too_low", 0.8), hyp("init_scale_too_small", 0.1)]
+    assert name_undetermined_cause(clear) == clear
 
 
 def test_a_healthy_verdict_ranks_causes_by_their_joint_posterior_with_any_failure(
