@@ -43,7 +43,8 @@ from neuraldbg.events import LossDynamics
 from neuraldbg.states import StateTable, ThresholdConfig
 from neuraldbg.trace import Trace
 
-__all__ = ["RunFacts", "gather_facts", "logistic_support", "score_causes"]
+__all__ = ["RunFacts", "gather_facts", "logistic_support", "running_sum_support",
+           "score_causes"]
 
 _RECURRENT = ("RNN", "GRU", "LSTM", "RNNCell", "GRUCell", "LSTMCell")
 #: Gain std(Wx)/rms(x) each init scheme gives a layer (square layers for Xavier/orthogonal).
@@ -115,6 +116,19 @@ class RunFacts:
         From the config.
     n_weight_layers : int
     config : dict
+    grad_growth : tuple of float
+        Growth of the global gradient norm over the first ``grad_sum_steps`` finite steps:
+        (exponent of a power law in the step, R^2 of that power law, share of steps where
+        the norm grew). NaNs with fewer than 8 such steps.
+    loss_improved : bool
+        The loss ends (mean of the last tenth, non-finite counting as worse) below where it
+        began (mean of the first three steps).
+    loss_scale_ratio : float
+        First finite loss / (rms of the last module's output at the first recorded step^2
+        + 1): how far the loss starts above the output scale.
+    output_type : str
+        Module type of the last module in forward order (``"Softmax"`` for a softmax
+        output layer).
     """
 
     update_ratio: float
@@ -134,6 +148,10 @@ class RunFacts:
     grad_clip: float | None
     n_weight_layers: int
     config: dict[str, Any] = field(default_factory=dict)
+    grad_growth: tuple[float, float, float] = (math.nan, math.nan, math.nan)
+    loss_improved: bool = True
+    loss_scale_ratio: float = math.nan
+    output_type: str = ""
 
 
 def _rms(states: StateTable, row: int) -> np.ndarray:
@@ -152,6 +170,7 @@ def gather_facts(trace: Trace, states: StateTable, dyn: LossDynamics) -> RunFact
                    else (names[0] if names else ""))
 
     init_gain, n_pairs, input_rms, depth_gain = float("nan"), 0, float("nan"), float("nan")
+    loss_scale_ratio = float("nan")
     observed = states.measures["observed"]
     rows = np.flatnonzero(observed.any(axis=1))
     if len(rows) and len(names):
@@ -169,6 +188,10 @@ def gather_facts(trace: Trace, states: StateTable, dyn: LossDynamics) -> RunFact
         good = [j for j in idx if ok[j]]
         if len(good) >= 2:
             depth_gain = float(rms[good[-1]] / rms[good[0]])
+        loss = trace.steps["loss"].to_numpy(dtype=float)
+        loss = loss[np.isfinite(loss)]
+        if loss.size and np.isfinite(rms[-1]):
+            loss_scale_ratio = float(abs(loss[0]) / (float(rms[-1]) ** 2 + 1.0))
         if len(idx):
             j0 = int(idx[0])
             if j0 == 1 and ok[0] and fams[0] == "other":
@@ -206,7 +229,42 @@ def gather_facts(trace: Trace, states: StateTable, dyn: LossDynamics) -> RunFact
         rectifier_modules=tuple(n for n, f in zip(names, fams, strict=True) if f == "relu"),
         has_normalization=has_norm, recurrent=any(t in _RECURRENT for t in types),
         grad_clip=clip if clip and clip > 0 else None, n_weight_layers=int(weight.sum()),
-        config=cfg_run)
+        config=cfg_run, grad_growth=_grad_growth(trace, states.config.grad_sum_steps),
+        loss_improved=_loss_improved(trace), loss_scale_ratio=loss_scale_ratio,
+        output_type=types[-1] if types else "")
+
+
+def _grad_growth(trace: Trace, n_steps: int) -> tuple[float, float, float]:
+    """(power-law exponent, its R^2, the share of steps where it grew) of the global
+    gradient norm over the first ``n_steps`` steps before any non-finite or zero norm."""
+    g = trace.steps["grad_norm"].to_numpy(dtype=float) if "grad_norm" in trace.steps \
+        else np.zeros(0)
+    ok = np.isfinite(g) & (g > 0)
+    n = min(int(np.argmin(ok)) if not ok.all() else len(g), n_steps)
+    if n < 8:
+        return (math.nan, math.nan, math.nan)
+    y = np.log(g[:n])
+    if float(y.var()) <= 1e-12:
+        return (0.0, 0.0, 0.0)
+
+    def fit(x: np.ndarray) -> tuple[float, float]:
+        coef = np.polyfit(x, y, 1)
+        return float(coef[0]), float(1.0 - np.var(y - np.polyval(coef, x)) / np.var(y))
+
+    exponent, power_fit = fit(np.log(np.arange(n, dtype=float) + 1.0))
+    return (exponent, power_fit, float(np.mean(np.diff(g[:n]) > 0)))
+
+
+def _loss_improved(trace: Trace) -> bool:
+    """The loss ends below where it began (a non-finite end is no improvement)."""
+    loss = trace.steps["loss"].to_numpy(dtype=float)
+    if len(loss) < 4 or not np.isfinite(loss[:3]).any():
+        return True
+    start = float(np.nanmean(np.where(np.isfinite(loss[:3]), loss[:3], np.nan)))
+    tail = loss[-max(3, len(loss) // 10):]
+    if not np.isfinite(tail).all():
+        return False
+    return float(tail.mean()) < start
 
 
 def _lr_jump_before(facts: RunFacts, step: int, window: int) -> bool:
@@ -223,6 +281,27 @@ def _init_support(facts: RunFacts, cfg: ThresholdConfig) -> tuple[float, float]:
                                  decades=0.25))
     return (logistic_support(facts.init_gain, cfg.init_gain_high, decades=0.25),
             logistic_support(facts.init_gain, cfg.init_gain_low, above=False, decades=0.25))
+
+
+#: Support for ``loss_output_mismatch`` by the type of the network's last module, on a run
+#: that stalls or saturates: a softmax output is the classic bug (``CrossEntropyLoss``
+#: applies its own); a sigmoid output is right for ``BCELoss`` and wrong for
+#: ``BCEWithLogitsLoss``, which the trace cannot tell apart, so it stays below 0.5.
+_OUTPUT_MISMATCH: dict[str, float] = {"Softmax": 0.85, "Softmax2d": 0.85, "Sigmoid": 0.45}
+
+
+def running_sum_support(facts: RunFacts, cfg: ThresholdConfig) -> float:
+    """Support for "the gradients pile up across steps" (a missing ``zero_grad``).
+
+    The global gradient norm grows from the first steps, step after step (at least
+    ``cfg.grad_sum_monotone`` of them), like a power of the step with an exponent of at least
+    ``cfg.grad_sum_exponent``, while the loss does not improve.
+    """
+    exponent, power_fit, rising = facts.grad_growth
+    if facts.loss_improved or not (power_fit >= cfg.grad_sum_fit
+                                   and rising >= cfg.grad_sum_monotone):
+        return 0.0
+    return logistic_support(exponent, cfg.grad_sum_exponent, decades=0.1)
 
 
 def score_causes(failure_type: str, *, onset: int, first_step: int, facts: RunFacts,
@@ -258,9 +337,21 @@ def score_causes(failure_type: str, *, onset: int, first_step: int, facts: RunFa
     ur = facts.update_ratio
     inputs = logistic_support(facts.input_rms, cfg.input_scale_high)
     init_large, init_small = _init_support(facts, cfg)
+    piled = running_sum_support(facts, cfg)
+    targets = logistic_support(facts.loss_scale_ratio, cfg.loss_scale_ratio)
+    mismatch = _OUTPUT_MISMATCH.get(facts.output_type, 0.0)
     # Unnormalised inputs or a too-large init inflate every gradient and so the update
     # ratio: a high ratio is weaker evidence of a high learning rate when either holds.
-    lr_high = logistic_support(ur, cfg.update_ratio_high) * (1.0 - 0.5 * max(inputs, init_large))
+    # Gradients that pile up (no zero_grad) or targets far off the output scale inflate it
+    # whatever the rate: then a high ratio is hardly evidence of the rate at all.
+    lr_high = (logistic_support(ur, cfg.update_ratio_high)
+               * (1.0 - 0.5 * max(inputs, init_large)) * (1.0 - max(piled, targets)))
+    ev_piled = {"grad_growth_exponent": facts.grad_growth[0],
+                "power_law_fit": facts.grad_growth[1], "share_rising": facts.grad_growth[2],
+                "loss_improved": facts.loss_improved, "threshold": cfg.grad_sum_exponent}
+    ev_targets = {"loss_scale_ratio": facts.loss_scale_ratio,
+                  "threshold": cfg.loss_scale_ratio}
+    ev_output = {"output_module_type": facts.output_type}
     jump = _lr_jump_before(facts, onset, cfg.lr_jump_window)
     no_clip = facts.grad_clip is None
     plain = not facts.has_normalization
@@ -278,12 +369,16 @@ def score_causes(failure_type: str, *, onset: int, first_step: int, facts: RunFa
         if support >= 0.05:
             out[cause] = (float(min(1.0, support)), evidence)
 
+    # Bugs in the training script, whatever the symptom they produce.
+    put("missing_zero_grad", 0.95 * piled, ev_piled)
+    put("unscaled_targets", 0.9 * targets, ev_targets)
+
     if failure_type in ("exploding_gradients", "loss_divergence"):
         # A jump of the learning rate right before the blow-up is the strongest sign; a
         # failure already there before the first update cannot come from the learning rate.
         put("learning_rate_too_high",
             max(lr_high * (0.1 if from_start else 1.0), 0.95 if jump else 0.0), ev_lr)
-        put("init_scale_too_large", init_large, ev_init)
+        put("init_scale_too_large", init_large * (1.0 - targets), ev_init)
         put("unnormalized_inputs", 0.8 * inputs, {"input_rms": facts.input_rms,
                                                   "threshold": cfg.input_scale_high})
         if plain:  # sound layers that still amplify through depth: normalization missing
@@ -311,7 +406,8 @@ def score_causes(failure_type: str, *, onset: int, first_step: int, facts: RunFa
             put("negative_bias_init", neg * (1.0 if from_start else 0.5),
                 {"preactivation_mean_over_std": z})
         later = 0.0 if from_start else max(lr_high, 0.9 if jump else 0.0,
-                                           float(extra.get("upstream_instability", 0.0)))
+                                           float(extra.get("upstream_instability", 0.0))
+                                           * (1.0 - max(piled, targets)))
         put("learning_rate_too_high", later, ev_lr)
         put("init_scale_too_large", init_large * 0.5, ev_init)
     elif failure_type == "saturated_activations":
@@ -322,10 +418,16 @@ def score_causes(failure_type: str, *, onset: int, first_step: int, facts: RunFa
         put("learning_rate_too_high", 0.0 if from_start else max(lr_high, 0.9 if jump else 0.0),
             ev_lr)
         put("saturating_activation", 0.35, {"saturating_modules": list(facts.saturating_modules)})
+        put("loss_output_mismatch", mismatch, ev_output)
     elif failure_type == "training_plateau":
         # Tiny steps, or weights that moved little in the whole run, relative to their size.
+        # A probability output (softmax, sigmoid) fed to a loss that applies its own
+        # softmax saturates and shrinks every gradient, whatever the rate: small updates
+        # are then weaker evidence of a low learning rate.
         low = max(logistic_support(ur, cfg.update_ratio_low, above=False),
-                  logistic_support(facts.total_update, cfg.total_update_low, above=False))
+                  logistic_support(facts.total_update, cfg.total_update_low, above=False)
+                  ) * (1.0 - 0.8 * mismatch)
+        put("loss_output_mismatch", mismatch, ev_output)
         put("learning_rate_too_low", low, {"update_ratio": ur, "threshold": cfg.update_ratio_low,
                                            "total_update": facts.total_update, "lr": facts.lr})
         put("learning_rate_too_high", 0.5 * lr_high, ev_lr)

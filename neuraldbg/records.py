@@ -42,6 +42,12 @@ ROOT_CAUSES: tuple[str, ...] = (
     "unnormalized_inputs",
     "missing_normalization",
     "missing_gradient_clipping",
+    "missing_zero_grad",
+    "loss_output_mismatch",
+    "unscaled_targets",
+    "symmetric_init",
+    "data_problem",
+    "gradient_blocked",
     "unknown",
 )
 # Names that extensions added (causal_models' registry does), in registration order.

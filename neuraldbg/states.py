@@ -171,6 +171,26 @@ class ThresholdConfig:
         Kaiming-ReLU ~1.41 (the largest standard init); 3 is 5x the default.
     init_gain_low : float, default=0.12
         ... below this (a fifth of the default) an init too small.
+    grad_sum_exponent : float, default=0.8
+        Gradients never reset (a missing ``zero_grad``) pile up: the step-t gradient is the
+        sum of t gradients, so its norm grows like t (like t^1.5-2 under momentum) while the
+        loss does not improve. A global gradient norm whose log-log growth over the first
+        steps has at least this exponent, on a run whose loss ends no lower than it began, is
+        that running sum. Healthy runs rise at most ~0.6 there while their loss falls.
+    grad_sum_fit : float, default=0.8
+        ... and the power law must fit that growth (R^2 of log norm against log step) at
+        least this well ...
+    grad_sum_monotone : float, default=0.9
+        ... and the norm must grow at this share of those steps at least: a sum of
+        same-signed gradients rises step after step, where the noisy start of a blow-up by a
+        too-high rate (the zoo's, R^2 ~0.4) and healthy training go up and down.
+    grad_sum_steps : int, default=30
+        Steps (before any non-finite norm) that growth is measured over.
+    loss_scale_ratio : float, default=1e3
+        First loss / (rms of the model's output at the first step^2 + 1) above this: the
+        targets sit three orders of magnitude off the outputs (a regression target left in
+        dollars). A squared-error loss starts near E[y^2] when the outputs are small, so the
+        ratio reads the target scale; cross-entropy starts near log(classes), under 10.
     default_gain : float, default=0.577
         Gain assumed for the first layer when no other layer measures one (PyTorch default
         init: weights U(+-1/sqrt(fan_in)) give rms(out)/rms(in) = 1/sqrt(3)).
@@ -217,6 +237,11 @@ class ThresholdConfig:
     init_gain_low: float = 0.12
     default_gain: float = 0.577
     input_scale_high: float = 5.0
+    grad_sum_exponent: float = 0.8
+    grad_sum_fit: float = 0.8
+    grad_sum_monotone: float = 0.9
+    grad_sum_steps: int = 30
+    loss_scale_ratio: float = 1e3
     window: int = 5
 
     def __post_init__(self) -> None:

@@ -14,9 +14,16 @@ from causal_models.structure import build_structure
 from neuraldbg.records import FAILURE_TYPES, HEALTHY, ROOT_CAUSES
 
 
+#: Causes of the contract's vocabulary that only the heuristic names so far: the causal
+#: model gets them as nodes with the real-bug families (issue 12); until then its rule
+#: sensor reads them as "unknown".
+NOT_YET_NODES = {"missing_zero_grad", "loss_output_mismatch", "unscaled_targets",
+                 "symmetric_init", "data_problem", "gradient_blocked"}
+
+
 def test_defaults_cover_the_contract_vocabulary() -> None:
     assert {m.name for m in registry.list_failure_modes()} == {HEALTHY, *FAILURE_TYPES}
-    assert {c.name for c in registry.list_root_causes()} == set(ROOT_CAUSES)
+    assert {c.name for c in registry.list_root_causes()} == set(ROOT_CAUSES) - NOT_YET_NODES
 
 
 def test_duplicates_are_rejected_and_misses_list_known_names() -> None:
@@ -83,7 +90,7 @@ def test_a_registered_cause_and_mode_become_nodes_edges_and_priors() -> None:
     import neuraldbg.records as records
 
     assert "noisy_labels" not in records.root_causes()
-    assert set(records.root_causes()) == set(ROOT_CAUSES)
+    assert set(records.root_causes()) == set(ROOT_CAUSES)  # the contract's names stay
     with pytest.raises(KeyError, match="not registered"):
         registry.unregister("noisy_labels")
 
