@@ -3,13 +3,14 @@ diagnosis entry points, which read the recorded trace and never touch the hooks.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from neuraldbg.capture import Recorder
 from neuraldbg.knobs import validate_knobs
 from neuraldbg.methods import get_method
 from neuraldbg.records import Hypothesis
-from neuraldbg.sufficiency import usable_trace
+from neuraldbg.sufficiency import thin_evidence, usable_trace
 from neuraldbg.trace import Trace
 
 __all__ = ["NeuralDbg", "what_if"]
@@ -20,7 +21,8 @@ def what_if(trace: Trace, method: str | Any = "probabilistic", **knobs: Any) -> 
 
     The counterfactual of a method that answers them (the ``"probabilistic"`` causal model:
     abduction, action, prediction), found through the method registry. Steps that never
-    finished are left out, as :func:`neuraldbg.methods.explain` leaves them out.
+    finished are left out, as :func:`neuraldbg.methods.explain` leaves them out; on a trace
+    too thin for a verdict the answer's ``metadata["thin_evidence"]`` says why.
 
     Parameters
     ----------
@@ -47,7 +49,14 @@ def what_if(trace: Trace, method: str | Any = "probabilistic", **knobs: Any) -> 
     if not callable(getattr(engine, "what_if", None)):
         raise ValueError(f"The diagnosis method {method!r} does not answer counterfactuals "
                          "(it has no what_if); use method='probabilistic'.")
-    return engine.what_if(usable_trace(trace), **knobs)
+    usable = usable_trace(trace)
+    answer = engine.what_if(usable, **knobs)
+    reason = thin_evidence(usable)
+    if reason and dataclasses.is_dataclass(answer) and isinstance(
+            getattr(answer, "metadata", None), dict):
+        answer = dataclasses.replace(answer, metadata={**answer.metadata,
+                                                       "thin_evidence": reason})
+    return answer
 
 
 class NeuralDbg(Recorder):

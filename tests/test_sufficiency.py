@@ -24,6 +24,8 @@ def test_a_handful_of_steps_gives_no_confident_verdict(method: str, steps: int) 
     hyps = ndb.explain(dbg.trace, method=method)
     assert all(h.confidence < 0.5 for h in hyps)
     assert all("finished step" in h.metadata["thin_evidence"] for h in hyps)
+    if method == "probabilistic":
+        assert "finished step" in ndb.what_if(dbg.trace, lr_scale=0.1).metadata["thin_evidence"]
 
 
 def test_a_thin_diverged_run_is_still_named_but_not_claimed() -> None:
