@@ -18,14 +18,15 @@ loss) also per-module statistics, parameter norms and the update ``||dW|| / ||W|
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import platform
 import sys
 import time
 import warnings
-from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -38,7 +39,8 @@ from torch import nn
 from neuraldbg.activation_batch import ActivationBatch
 from neuraldbg.errors import CaptureError, NeuralDbgWarning
 from neuraldbg.host_values import LossProbe, read_lr
-from neuraldbg.module_table import leaf_modules, module_table, parameter_owners
+from neuraldbg.module_table import module_table, monitored_modules, parameter_owners
+from neuraldbg.optimizers import as_optimizers, scaler_scale
 from neuraldbg.param_norms import ParamMeter
 from neuraldbg.statistics import ACT_SUMS, DEN, finish_module_stats, is_channel_first
 from neuraldbg.trace import (
@@ -48,7 +50,9 @@ from neuraldbg.trace import (
     TRACE_FORMAT,
     Trace,
     TraceWriter,
+    check_json,
     load_trace,
+    rank_shard,
 )
 
 __all__ = ["Recorder", "CaptureConfig"]
@@ -116,71 +120,99 @@ class Recorder:
     """Record per-module statistics of a training run through PyTorch hooks.
 
     Use as a context manager; hooks are registered on enter and removed on exit, also when
-    the training loop raises. Call :meth:`step` once per training step, after
-    ``optimizer.step()``.
+    the training loop raises. Call :meth:`step` once per optimizer step, before or after
+    ``optimizer.step()``. Steps are optimizer steps: statistics are measured when the
+    optimizer steps (inside ``opt.step(closure)`` too, after a ``GradScaler`` has unscaled
+    the gradients), and a forward that no optimizer step follows (validation, generation,
+    the forward a run died in) is not a step.
+
+    Entering the same object again (a ``with`` block per epoch) continues the trace: the
+    step counter goes on and, with ``out=``, new chunks are appended to the same directory.
 
     Parameters
     ----------
     model : torch.nn.Module
-        The model to monitor. Hooks go on its leaf modules.
-    optimizer : torch.optim.Optimizer, optional
-        When given, the learning rate is read from its param groups at every step and the
-        parameter update ``||dW|| / ||W||`` is measured across its step.
-    every : int, default=1
-        Record per-module statistics every ``every`` steps. Per-step scalars are recorded
-        every step, and a non-finite loss or a spike switches to every step for a window.
+        The model to monitor. Hooks go on its leaf modules and on modules that own
+        parameters beside their children (``nn.MultiheadAttention``).
+    optimizer : torch.optim.Optimizer or list of them, optional
+        Every optimizer that steps the model's parameters (``[opt_d, opt_g]`` for a GAN).
+        Framework wrappers (Accelerate's ``AcceleratedOptimizer``, Lightning's) are
+        unwrapped. Each optimizer's parameters are measured when it steps: gradient norms,
+        the learning rate (of the first optimizer's first param group) and the update
+        ``||dW|| / ||W||``. Without an optimizer, gradients are read at :meth:`step`.
+    every : int, optional
+        Record per-module statistics every ``every`` steps (default: ``capture_config``'s,
+        1). Per-step scalars are recorded every step, and a non-finite loss or a spike
+        switches to every step for a window.
     config : dict, optional
-        Run metadata (learning rate, architecture, ...) stored with the trace.
+        Run metadata (learning rate, architecture, ...) stored with the trace; JSON values.
     out : str or path-like, optional
         Stream the trace to this directory in chunks while the run goes, so a run that
-        crashes or is killed leaves every finished chunk readable.
+        crashes or is killed leaves every finished chunk readable. Under
+        ``torch.distributed`` with several processes, each rank writes its own shard
+        ``out/rank-<r>/`` and :func:`neuraldbg.load_trace` merges them.
     seed : int, optional
         The run's seed, stored in the trace (defaults to ``torch.initial_seed()``).
     ground_truth : dict, optional
         Known truth about the run (failure-zoo scenarios), stored in ``meta.json``.
-    flush_every : int, default=100
-        Steps between host copies of the statistics buffer (and chunk writes).
+    flush_every : int, optional
+        Steps between host copies of the statistics buffer (and chunk writes); default
+        ``capture_config``'s, 100.
     overwrite : bool, default=False
-        Allow ``out`` to replace an existing trace.
+        Allow ``out`` to replace an existing trace (on the first enter; later enters of the
+        same object append).
     capture_config : CaptureConfig, optional
-        Thresholds and windows; ``every`` and ``flush_every`` above take precedence.
+        Thresholds and windows. ``every`` and ``flush_every``, when passed here, take
+        precedence over its values.
+    scaler : torch.amp.GradScaler, optional
+        The run's gradient scaler: output-gradient norms, measured during the scaled
+        backward, are divided by its scale. Parameter gradients need nothing: the optimizer
+        step sees them unscaled.
     """
 
     def __init__(
         self,
         model: nn.Module,
-        optimizer: torch.optim.Optimizer | None = None,
+        optimizer: torch.optim.Optimizer | Sequence[torch.optim.Optimizer] | None = None,
         *,
-        every: int = 1,
+        every: int | None = None,
         config: dict[str, Any] | None = None,
         out: str | os.PathLike[str] | None = None,
         seed: int | None = None,
         ground_truth: dict[str, Any] | None = None,
-        flush_every: int = 100,
+        flush_every: int | None = None,
         overwrite: bool = False,
         capture_config: CaptureConfig | None = None,
+        scaler: Any = None,
     ) -> None:
         if not isinstance(model, nn.Module):
             raise TypeError(
                 f"model must be a torch.nn.Module, got {type(model).__name__}. Pass the model "
                 "you train, e.g. NeuralDbg(model, optimizer=opt)."
             )
-        if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
-            raise TypeError(
-                f"optimizer must be a torch.optim.Optimizer or None, got "
-                f"{type(optimizer).__name__}."
-            )
-        for name, value in (("every", every), ("flush_every", flush_every)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}.")
+        self._optimizers = as_optimizers(optimizer)
+        if isinstance(config, CaptureConfig):
+            raise TypeError("config is run metadata (a dict stored with the trace); pass "
+                            "capture settings as capture_config=CaptureConfig(...).")
         if config is not None and not isinstance(config, Mapping):
             raise TypeError(f"config must be a dict of run metadata, got {type(config).__name__}.")
+        if capture_config is not None and not isinstance(capture_config, CaptureConfig):
+            raise TypeError(f"capture_config must be a CaptureConfig, got "
+                            f"{type(capture_config).__name__}.")
         base = capture_config or CaptureConfig()
-        self.cfg = CaptureConfig(**{**{f.name: getattr(base, f.name) for f in fields(base)},
-                                    "every": every, "flush_every": flush_every})
+        overrides = {k: v for k, v in (("every", every), ("flush_every", flush_every))
+                     if v is not None}
+        for name, value in {"every": base.every, "flush_every": base.flush_every,
+                            **overrides}.items():
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}.")
+        self.cfg = replace(base, **overrides)
         self.model = model
         self.optimizer = optimizer
+        self.scaler = scaler
         self.config = dict(config or {})
+        check_json(self.config, "config")
+        check_json(ground_truth, "ground_truth")
         self.out = Path(out) if out is not None else None
         self.seed = seed
         self.ground_truth = ground_truth
@@ -188,26 +220,33 @@ class Recorder:
         self._handles: list[Any] = []
         self._forward_handles: list[Any] = []  # only while a recorded step may run
         self._active = False
+        self._entered = False
         self._status = "not started"
+        self._error: str | None = None
+        self._rank: tuple[int, int] | None = None
         self._build_tables()
         self._step = 0
         # finished chunks in memory: numpy columns of steps and stats (frames built on read)
         self._chunks: list[tuple[dict[str, np.ndarray], dict[str, np.ndarray]]] = []
+        self._unwritten: list[tuple[dict[str, np.ndarray], dict[str, np.ndarray]]] = []
         self._writer: TraceWriter | None = None
         self._trace_cache: Trace | None = None
 
     # ------------------------------------------------------------------ set-up
     def _build_tables(self) -> None:
         """Module table, parameter ownership and buffers, built once."""
-        leaves = leaf_modules(self.model)
+        leaves = monitored_modules(self.model)
         self._leaves = leaves
         self._modules = module_table(self.model)
         self._index = {id(mod): i for i, (_, mod) in enumerate(leaves)}
         self._families = self._modules["activation_family"].tolist()
         self._forward_seen: dict[int, int] = {}
-        # Every trainable parameter counts in the global norms; one owned directly by a leaf
-        # also counts for that leaf (index len(leaves) is the bucket of container-owned ones).
-        params, owner = parameter_owners(self.model, self._index, len(leaves))
+        # Every trainable parameter counts in the global norms; one the root owns directly
+        # counts there only (index len(leaves) is its bucket).
+        params, owner, names = parameter_owners(
+            self.model, {name: i for i, (name, _) in enumerate(leaves)}, len(leaves))
+        params, owner, names, groups = self._group_by_optimizer(params, owner, names)
+        self._root_params = [n for n, o in zip(names, owner) if o == len(leaves)]
         first = next(self.model.parameters(), None)
         self._device = first.device if first is not None else torch.device("cpu")
         dev, n_mod, cap = self._device, len(leaves), self.cfg.flush_every
@@ -221,12 +260,54 @@ class Recorder:
             margins={"sigmoid_margin": cfg.sigmoid_margin, "tanh_margin": cfg.tanh_margin,
                      "softmax_margin": cfg.softmax_margin, "smooth_tail": cfg.smooth_tail})
         self._meter = ParamMeter(params, owner, n_mod + 1, cap, dev,
-                                 sample_size=cfg.sample_size)
-        # Device buffers, one row per step slot (+1 module row: the container bucket).
+                                 sample_size=cfg.sample_size, groups=groups)
+        # Device buffers, one row per step slot (+1 module row: the root's bucket).
         self._act = torch.zeros(cap, n_mod + 1, _N_ACT, dtype=torch.float32, device=dev)
         self._max = torch.zeros(cap, n_mod + 1, dtype=torch.float32, device=dev)
         self._grad = torch.zeros(cap, n_mod + 1, dtype=torch.float32, device=dev)
         self._den = np.zeros((cap, n_mod + 1, len(DEN)))
+
+    def _group_by_optimizer(self, params: list[nn.Parameter], owner: list[int],
+                            names: list[str]) -> tuple[list[nn.Parameter], list[int],
+                                                       list[str], list[tuple[int, int, int]]]:
+        """Parameters reordered optimizer by optimizer, and each optimizer's range.
+
+        Trainable parameters no optimizer holds join the first optimizer's range for their
+        gradient and parameter norms (not for the update, which no hook can see).
+        """
+        if not self._optimizers:
+            return params, owner, names, [(0, len(params), len(params))]
+        pos = {id(p): i for i, p in enumerate(params)}
+        taken: set[int] = set()
+        per_opt: list[list[int]] = []
+        for opt in self._optimizers:
+            mine = []
+            for group in opt.param_groups:
+                for p in group["params"]:
+                    i = pos.get(id(p))
+                    if i is not None and i not in taken:
+                        taken.add(i)
+                        mine.append(i)
+            per_opt.append(mine)
+        loose = [i for i in range(len(params)) if i not in taken]
+        if loose:
+            shown = ", ".join(names[i] for i in loose[:4]) + (", ..." if len(loose) > 4 else "")
+            warnings.warn(
+                f"{len(loose)} trainable parameter(s) are in none of the optimizers given "
+                f"({shown}): their update is not measured. Pass every optimizer that steps "
+                "the model, e.g. NeuralDbg(model, optimizer=[opt_a, opt_b]).",
+                NeuralDbgWarning, stacklevel=4)
+        order: list[int] = []
+        groups: list[tuple[int, int, int]] = []
+        for k, mine in enumerate(per_opt):
+            start = len(order)
+            order += mine
+            upd = len(order)
+            if k == 0:
+                order += loose
+            groups.append((start, len(order), upd))
+        return ([params[i] for i in order], [owner[i] for i in order],
+                [names[i] for i in order], groups)
 
     def _device_index(self, idx: list[int] | tuple[int, ...]) -> torch.Tensor:
         """A cached device tensor of module indices (no host-to-device copy per step)."""
@@ -242,23 +323,34 @@ class Recorder:
     def __enter__(self) -> Recorder:
         if self._active:
             raise CaptureError("This NeuralDbg is already active; enter it once.")
-        self._active = True
-        self._status = "running"
-        self._reset_host_state()
-        if self.out is not None:
-            self._writer = TraceWriter(self.out, overwrite=self.overwrite)
-            self._writer.write_modules(self._modules)
-            self._writer.write_meta(self._meta())
+        writer = None
         try:
+            self._reset_host_state()
+            if self.out is not None:
+                # a later enter of the same object continues its own trace
+                writer = TraceWriter(self._shard_root(), overwrite=self.overwrite,
+                                     append=self._entered)
+            self._status = "running"
+            self._error = None
+            if writer is not None:
+                writer.write_modules(self._modules_table())
+                writer.write_meta(self._meta())
+            self._handles.append(self.model.register_forward_pre_hook(self._root_pre_hook))
             if self._recording:
                 self._attach_forward_hooks()
-            if self.optimizer is not None:
-                self._handles.append(self.optimizer.register_step_pre_hook(self._pre_step_hook))
-                self._handles.append(self.optimizer.register_step_post_hook(self._post_step_hook))
+            for k, opt in enumerate(self._optimizers):
+                self._handles.append(opt.register_step_pre_hook(partial(self._pre_step_hook, k)))
+                self._handles.append(opt.register_step_post_hook(partial(self._post_step_hook,
+                                                                         k)))
         except BaseException:
             self._remove_hooks()
-            self._active = False
-            raise
+            if writer is not None:
+                writer.close()
+            self._status = "not started" if not self._entered else "complete"
+            raise  # the object stays usable: nothing is active
+        self._writer = writer
+        self._active = True
+        self._entered = True
         return self
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
@@ -271,7 +363,26 @@ class Recorder:
             else:
                 self._status = "failed"
                 self._error = f"{exc_type.__name__}: {exc}"
-            self.flush(final=True)
+            try:
+                self._finish_pending()
+                self.flush(final=True)
+            except Exception as err:
+                if exc_type is None:
+                    raise
+                warnings.warn(f"NeuralDBG could not finish the trace after the run failed: "
+                              f"{err!r}", NeuralDbgWarning, stacklevel=2)
+            finally:
+                if self._writer is not None:
+                    self._writer.close()
+
+    def _shard_root(self) -> Path:
+        """``out``, or this rank's shard of it when several processes train together."""
+        assert self.out is not None
+        dist = torch.distributed
+        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+            self._rank = (dist.get_rank(), dist.get_world_size())
+            return rank_shard(self.out, self._rank[0])
+        return self.out
 
     def _attach_forward_hooks(self) -> None:
         self._forward_handles = [mod.register_forward_hook(self._forward_hook)
@@ -307,21 +418,30 @@ class Recorder:
         self._recording = self._step % self.cfg.every == 0
         self._dense_until = -1
         self._loss_ema: float | None = None
-        self._error: str | None = None
         self._started = time.time()
         self._clear_pending()
 
     def _clear_pending(self) -> None:
-        self._dirty = False
-        self._opt_stepped = False
+        """Forget the open step's state (its hook results are in the buffer or dropped)."""
+        self._loss_given = False           # dbg.step(loss) was called for the open step
+        self._host_loss: float | None = None
+        self._stepped: set[int] = set()     # optimizers that stepped in the open step
+        self._measured = False             # parameter-side norms taken for the open step
         self._lr: float | torch.Tensor = float("nan")
         self._loss: float | torch.Tensor = float("nan")
+        self._scale: torch.Tensor | None = None
         self._batch.reset()
         self._grad_idx: list[int] = []
         self._grad_vals: list[torch.Tensor] = []
 
     # ------------------------------------------------------------------ hooks
+    def _root_pre_hook(self, module: nn.Module, inputs: Any) -> None:
+        if self._loss_given:
+            self._close_step()  # a forward after dbg.step: the next step has begun
+
     def _forward_hook(self, module: nn.Module, inputs: Any, output: Any) -> None:
+        if self._loss_given:
+            self._close_step()  # (a model whose root is never called, e.g. a GAN's dict)
         if not self._recording or not torch.is_grad_enabled():
             return  # not a recorded step, or an evaluation pass under no_grad
         x = output if type(output) is torch.Tensor else _first_float_tensor(output)
@@ -330,35 +450,60 @@ class Recorder:
         idx = self._index[id(module)]
         if idx not in self._forward_seen:
             self._forward_seen[idx] = len(self._forward_seen)
-        self._dirty = True
         # detached: no graph is built from here on, so no no_grad() context is needed
-        self._batch.add(idx, x.detach())
+        row = self._batch.add(idx, x.detach(), needs_grad=x.requires_grad)
         if x.requires_grad:
-            x.register_hook(partial(self._grad_hook, idx))
+            x.register_hook(partial(self._grad_hook, idx, row))
 
-    def _grad_hook(self, idx: int, grad: torch.Tensor) -> None:
+    def _grad_hook(self, idx: int, row: int, grad: torch.Tensor) -> None:
+        if self.scaler is not None and self._scale is None:
+            self._scale = scaler_scale(self.scaler)  # the scale of this backward
         self._grad_vals.append(torch.linalg.vector_norm(grad.detach(), dtype=torch.float32))
         self._grad_idx.append(idx)
+        self._batch.mark_grad(row)
 
-    def _pre_step_hook(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        self._lr = read_lr(optimizer)
-        self._meter.before_update(self._slot, recorded=self._recording, snapshot=True)
-        self._opt_stepped = True
-        self._dirty = True
+    def _pre_step_hook(self, k: int, optimizer: torch.optim.Optimizer, args: Any,
+                       kwargs: Any) -> tuple[Any, Any] | None:
+        if self._loss_given and k in self._stepped:
+            self._close_step()  # dbg.step came before opt.step and this is the next step
+        if k == 0 or not self._stepped:
+            self._lr = read_lr(optimizer)
+        # args[0] is the optimizer itself, args[1] the closure when passed by position
+        closure = kwargs.get("closure", args[1] if len(args) > 1 else None)
+        if closure is None:
+            self._measure(k)
+            return None
 
-    def _post_step_hook(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        self._meter.after_update(self._slot)
+        def measured_closure() -> Any:
+            result = closure()  # forward and backward of the step happen here
+            self._measure(k)
+            return result
+
+        if "closure" in kwargs:
+            return args, {**kwargs, "closure": measured_closure}
+        return (args[0], measured_closure, *args[2:]), kwargs
+
+    def _measure(self, k: int | None) -> None:
+        self._meter.before_update(self._slot, recorded=self._recording, snapshot=True,
+                                  group=k)
+        self._measured = True
+
+    def _post_step_hook(self, k: int, optimizer: torch.optim.Optimizer, args: Any,
+                        kwargs: Any) -> None:
+        self._meter.after_update(self._slot, group=k)
+        self._stepped.add(k)
 
     # ------------------------------------------------------------- step/flush
     @property
     def step_count(self) -> int:
-        """Steps recorded so far (the index the next :meth:`step` call will get)."""
+        """Steps recorded so far (the index the next step will get)."""
         return self._step
 
     def step(self, loss: torch.Tensor | float | None = None) -> None:
-        """Record the loss and advance the step counter.
+        """Record the loss of the current optimizer step.
 
-        Call once per training step, after ``optimizer.step()``.
+        Call once per optimizer step, before or after ``optimizer.step()``. Called after
+        it, the step closes here; called before, it closes once the optimizer has stepped.
 
         Parameters
         ----------
@@ -377,13 +522,8 @@ class Recorder:
                 "dbg.step(loss) was called outside the `with dbg:` block. Wrap the training "
                 "loop in `with dbg:` so that hooks are active."
             )
-        if not self._opt_stepped:
-            if self.optimizer is None:
-                self._meter.before_update(self._slot, recorded=self._recording,
-                                          snapshot=False)
-            else:
-                self._lr = read_lr(self.optimizer)
         host_loss: float | None = None
+        value: float | torch.Tensor = float("nan")
         if isinstance(loss, torch.Tensor):
             if loss.numel() != 1:
                 raise ValueError(
@@ -397,19 +537,32 @@ class Recorder:
                 lt = lt.to(self._device, torch.float32)
             host_loss = self._loss_probe.read(lt)
             # on the CPU the value was read without a sync: nothing to keep on the device
-            self._loss = host_loss if lt.device.type == "cpu" and host_loss is not None else lt
+            value = host_loss if lt.device.type == "cpu" and host_loss is not None else lt
         elif loss is not None:
             host_loss = float(loss)
-            self._loss = host_loss
-        self._close_slot(complete=True)
-        self._step += 1
-        self._update_sampling(host_loss)
-        if self._slot >= self.cfg.flush_every:
-            self.flush()
+            value = host_loss
+        if self._loss_given:
+            self._close_step()  # the previous step's optimizer never stepped (skipped)
+        self._loss = value
+        self._host_loss = host_loss
+        self._loss_given = True
+        if self._stepped or not self._optimizers:
+            self._close_step()
 
-    def _close_slot(self, *, complete: bool) -> None:
-        """Add the step's queued statistics into its buffer row and move to the next row."""
+    def _finish_pending(self) -> None:
+        """At exit: close the open step if it was one; a forward alone is not a step."""
+        if self._loss_given or self._stepped:
+            self._close_step(complete=self._loss_given)
+        else:
+            self._clear_pending()
+
+    def _close_step(self, *, complete: bool = True) -> None:
+        """Add the step's queued statistics into its buffer row and move to the next step."""
         slot = self._slot
+        if not self._optimizers and not self._measured:
+            self._meter.before_update(slot, recorded=self._recording, snapshot=False)
+        elif self._optimizers and not self._stepped and not self._measured:
+            self._lr = read_lr(self._optimizers[0])  # a skipped step: nothing was measured
         if len(self._batch) or self._grad_idx:
             self._add_queued(slot)
         self._slot_loss.append(self._loss)
@@ -418,8 +571,13 @@ class Recorder:
         self._slot_recorded.append(self._recording)
         self._slot_complete.append(complete)
         self._slot += 1
+        host_loss = self._host_loss
         self._clear_pending()
+        self._step += 1
         self._trace_cache = None
+        self._update_sampling(host_loss)
+        if self._slot >= self.cfg.flush_every:
+            self.flush()
 
     def _add_queued(self, slot: int) -> None:
         """Add the step's queued hook results into buffer row ``slot`` (no host sync).
@@ -432,8 +590,10 @@ class Recorder:
             self._den[slot, :, DEN.index("grads")] += np.bincount(
                 self._grad_idx, minlength=self._den.shape[1])
             with torch.no_grad():
-                self._grad[slot].index_add_(0, self._device_index(self._grad_idx),
-                                            torch.stack(self._grad_vals).square())
+                squares = torch.stack(self._grad_vals).square()
+                if self._scale is not None:  # measured on the scaled backward
+                    squares = squares / self._scale.square()
+                self._grad[slot].index_add_(0, self._device_index(self._grad_idx), squares)
 
     def _update_sampling(self, host_loss: float | None) -> None:
         cfg = self.cfg
@@ -449,7 +609,7 @@ class Recorder:
         self._recording = (self._step % cfg.every == 0) or self._step <= self._dense_until
         # Between recorded steps the modules run without forward hooks (PyTorch's fast call
         # path): the hooks come back for the next recorded step.
-        if self._recording != bool(self._forward_handles):
+        if self._active and self._recording != bool(self._forward_handles):
             (self._attach_forward_hooks if self._recording else self._detach_forward_hooks)()
 
     def flush(self, *, final: bool = False) -> None:
@@ -457,22 +617,38 @@ class Recorder:
 
         The capture's only host synchronisation. Called every ``flush_every`` steps, on exit,
         and when the trace is read.
+
+        Raises
+        ------
+        OSError
+            When a chunk cannot be written (disk full, ...): the error names the file, the
+            chunk stays in memory (``dbg.trace`` still has it, and the next flush tries it
+            again) and ``meta.json`` says ``write_failed`` where it can still be written.
         """
-        if final and self._dirty:
-            self._close_slot(complete=False)  # an interrupted step: keep what it recorded
         n = self._slot
         if n:
-            steps, stats = self._drain(n)
-            if self._writer is not None:
+            chunk = self._drain(n)
+            if self._measured:  # the open step's parameter norms sit in row n
+                self._meter.move(n, 0)
+            self._slot = 0
+            (self._unwritten if self._writer is not None else self._chunks).append(chunk)
+        self._trace_cache = None
+        if self._writer is None:
+            return
+        try:
+            while self._unwritten:
+                steps, stats = self._unwritten[0]
                 self._writer.write_chunk(pd.DataFrame(steps, columns=list(STEP_COLUMNS)),
                                          pd.DataFrame(stats, columns=list(STAT_COLUMNS)))
-            else:
-                self._chunks.append((steps, stats))
-            self._slot = 0
-        if self._writer is not None and (final or n):
-            self._writer.write_modules(self._modules_table())
-            self._writer.write_meta(self._meta())
-        self._trace_cache = None
+                self._unwritten.pop(0)
+            if final or n:
+                self._writer.write_modules(self._modules_table())
+                self._writer.write_meta(self._meta())
+        except OSError as err:
+            self._status, self._error = "write_failed", f"{type(err).__name__}: {err}"
+            with contextlib.suppress(OSError):
+                self._writer.write_meta(self._meta())
+            raise
 
     def _drain(self, n: int) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
         n_mod = len(self._leaves)
@@ -530,14 +706,19 @@ class Recorder:
 
         return {
             "status": self._status,
-            "error": getattr(self, "_error", None),
+            "error": self._error,
             "config": self.config,
             "seed": self.seed if self.seed is not None else int(torch.initial_seed()),
             "every": self.cfg.every,
             "flush_every": self.cfg.flush_every,
             "capture_config": {f.name: getattr(self.cfg, f.name) for f in fields(self.cfg)},
             "model_class": type(self.model).__name__,
-            "optimizer_class": type(self.optimizer).__name__ if self.optimizer else None,
+            "optimizer_class": (type(self._optimizers[0]).__name__ if len(self._optimizers) == 1
+                                else [type(o).__name__ for o in self._optimizers] or None),
+            "grad_scaler": self.scaler is not None,
+            "root_parameters": self._root_params,
+            "rank": self._rank[0] if self._rank else None,
+            "world_size": self._rank[1] if self._rank else None,
             "device": str(self._device),
             "n_steps": self._step,
             "started_unix": getattr(self, "_started", None),
@@ -555,20 +736,31 @@ class Recorder:
         """The run recorded so far (flushes the buffer first)."""
         if self._trace_cache is not None:
             return self._trace_cache
+        if self._active and self._loss_given and self._stepped:
+            self._close_step()  # dbg.step came before opt.step, which has run: a whole step
         if self._active and self._slot:
-            self.flush()
+            with contextlib.suppress(OSError):  # a failed write keeps the chunk in memory
+                self.flush()
+
+        def frame(chunks: list[Any], part: int, columns: dict[str, str]) -> pd.DataFrame:
+            if not chunks:
+                return pd.DataFrame(columns=list(columns))
+            return pd.DataFrame({c: np.concatenate([ch[part][c] for ch in chunks])
+                                 for c in columns}, columns=list(columns))
+
         if self._writer is not None:
             trace = load_trace(self._writer.root)
+            if self._unwritten:  # chunks the disk refused, still in memory
+                trace = Trace(
+                    steps=pd.concat([trace.steps, frame(self._unwritten, 0, STEP_COLUMNS)],
+                                    ignore_index=True),
+                    stats=pd.concat([trace.stats, frame(self._unwritten, 1, STAT_COLUMNS)],
+                                    ignore_index=True),
+                    modules=trace.modules, meta={**trace.meta, **self._meta()})
         else:
-            def frame(part: int, columns: dict[str, str]) -> pd.DataFrame:
-                if not self._chunks:
-                    return pd.DataFrame(columns=list(columns))
-                return pd.DataFrame({c: np.concatenate([ch[part][c] for ch in self._chunks])
-                                     for c in columns}, columns=list(columns))
-
             trace = Trace(
-                steps=frame(0, STEP_COLUMNS),
-                stats=frame(1, STAT_COLUMNS),
+                steps=frame(self._chunks, 0, STEP_COLUMNS),
+                stats=frame(self._chunks, 1, STAT_COLUMNS),
                 modules=self._modules_table(),
                 meta={"format": TRACE_FORMAT, "schema_version": SCHEMA_VERSION, **self._meta()},
             )
