@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from neuraldbg.capture import Recorder
+from neuraldbg.ranks import combine_ranks
 from neuraldbg.records import Hypothesis
 from neuraldbg.trace import Trace
 
@@ -38,7 +39,7 @@ def what_if(trace: Trace, **knobs: Any) -> Any:
     """
     import causal_models  # lazy: neuraldbg does not import causal_models at import time
 
-    return causal_models.load_default_model().what_if(trace, **knobs)
+    return causal_models.load_default_model().what_if(combine_ranks(trace), **knobs)
 
 
 class NeuralDbg(Recorder):

@@ -323,3 +323,45 @@ def test_no_synchronising_cuda_call_between_flushes():
         finally:
             torch.cuda.set_sync_debug_mode("default")
     assert len(dbg.trace.steps) == 13
+
+
+def test_attention_parameters_all_belong_to_a_row_and_self_attn_is_observed():
+    torch.manual_seed(0)
+
+    class Encoder(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = nn.TransformerEncoderLayer(16, 2, dim_feedforward=32, dropout=0.0,
+                                                    batch_first=True)
+            self.head = nn.Linear(16, 1)
+
+        def forward(self, x):
+            return self.head(self.layer(x).mean(dim=1))
+
+    model = Encoder()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    x, y = torch.randn(32, 6, 16), torch.randn(32, 1)
+    with ndb.NeuralDbg(model, optimizer=opt) as dbg:
+        for _ in range(5):
+            opt.zero_grad()
+            loss = ((model(x) - y) ** 2).mean()
+            loss.backward()
+            opt.step()
+            dbg.step(loss)
+    trace = dbg.trace
+    mods = trace.modules.set_index("module_name")
+    named = [n for n, p in model.named_parameters()]
+    listed = [q for cell in mods["parameters"] if cell for q in cell.split(",")]
+    assert sorted(listed) == sorted(named)  # every parameter in exactly one row
+    assert mods["n_trainable"].sum() == sum(p.numel() for p in model.parameters())
+    assert set(mods.loc["layer.self_attn", "parameters"].split(",")) == {
+        "layer.self_attn.in_proj_weight", "layer.self_attn.in_proj_bias",
+        "layer.self_attn.out_proj.weight", "layer.self_attn.out_proj.bias"}
+    assert "layer.self_attn.out_proj" not in mods.index  # called functionally, folded in
+    assert trace.meta["root_parameters"] == []
+    attn = trace.stats[trace.stats["module_name"] == "layer.self_attn"]
+    cols = ["act_mean", "act_std", "act_max_abs", "out_grad_norm", "param_grad_norm",
+            "param_norm", "update_ratio"]
+    assert len(attn) == 5 and (attn["calls"] == 1).all()
+    assert np.isfinite(attn[cols].to_numpy()).all()
+    assert np.isfinite(trace.stats[cols[3:]].dropna(how="all").to_numpy()).any()
