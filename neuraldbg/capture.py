@@ -168,6 +168,11 @@ class Recorder:
         The run's gradient scaler: output-gradient norms, measured during the scaled
         backward, are divided by its scale. Parameter gradients need nothing: the optimizer
         step sees them unscaled.
+    loss_from_output : bool, default=False
+        Read the loss from the model's output (``output.loss`` or ``output["loss"]``, as
+        Hugging Face models return it) in every forward with gradients enabled; ``dbg.step()``
+        without a loss then records the mean over the step's forwards (the micro-batches of
+        an accumulated step). For framework callbacks that never see the loss.
     """
 
     def __init__(
@@ -184,6 +189,7 @@ class Recorder:
         overwrite: bool = False,
         capture_config: CaptureConfig | None = None,
         scaler: Any = None,
+        loss_from_output: bool = False,
     ) -> None:
         if not isinstance(model, nn.Module):
             raise TypeError(
@@ -210,6 +216,7 @@ class Recorder:
         self.model = model
         self.optimizer = optimizer
         self.scaler = scaler
+        self.loss_from_output = loss_from_output
         self.config = dict(config or {})
         check_json(self.config, "config")
         check_json(ground_truth, "ground_truth")
@@ -336,6 +343,8 @@ class Recorder:
                 writer.write_modules(self._modules_table())
                 writer.write_meta(self._meta())
             self._handles.append(self.model.register_forward_pre_hook(self._root_pre_hook))
+            if self.loss_from_output:
+                self._handles.append(self.model.register_forward_hook(self._root_hook))
             if self._recording:
                 self._attach_forward_hooks()
             for k, opt in enumerate(self._optimizers):
@@ -424,12 +433,14 @@ class Recorder:
     def _clear_pending(self) -> None:
         """Forget the open step's state (its hook results are in the buffer or dropped)."""
         self._loss_given = False           # dbg.step(loss) was called for the open step
+        self._has_loss = False             # ... with a loss
         self._host_loss: float | None = None
         self._stepped: set[int] = set()     # optimizers that stepped in the open step
         self._measured = False             # parameter-side norms taken for the open step
         self._lr: float | torch.Tensor = float("nan")
         self._loss: float | torch.Tensor = float("nan")
         self._scale: torch.Tensor | None = None
+        self._output_losses: list[torch.Tensor] = []
         self._batch.reset()
         self._grad_idx: list[int] = []
         self._grad_vals: list[torch.Tensor] = []
@@ -438,6 +449,14 @@ class Recorder:
     def _root_pre_hook(self, module: nn.Module, inputs: Any) -> None:
         if self._loss_given:
             self._close_step()  # a forward after dbg.step: the next step has begun
+
+    def _root_hook(self, module: nn.Module, inputs: Any, output: Any) -> None:
+        if not torch.is_grad_enabled():
+            return  # evaluation
+        loss = output.get("loss") if isinstance(output, Mapping) else getattr(output, "loss",
+                                                                              None)
+        if isinstance(loss, torch.Tensor) and loss.numel() == 1:
+            self._output_losses.append(loss.detach().reshape(()))
 
     def _forward_hook(self, module: nn.Module, inputs: Any, output: Any) -> None:
         if self._loss_given:
@@ -499,6 +518,17 @@ class Recorder:
         """Steps recorded so far (the index the next step will get)."""
         return self._step
 
+    @property
+    def active(self) -> bool:
+        """Whether the recorder is inside its ``with`` block (hooks attached)."""
+        return self._active
+
+    @property
+    def optimizer_stepped(self) -> bool:
+        """Whether an optimizer has stepped since the last :meth:`step` (for callbacks that
+        run after every micro-batch of an accumulated step)."""
+        return bool(self._stepped)
+
     def step(self, loss: torch.Tensor | float | None = None) -> None:
         """Record the loss of the current optimizer step.
 
@@ -524,6 +554,9 @@ class Recorder:
             )
         host_loss: float | None = None
         value: float | torch.Tensor = float("nan")
+        if loss is None and self._output_losses:
+            losses = self._output_losses
+            loss = losses[0] if len(losses) == 1 else torch.stack(losses).mean()
         if isinstance(loss, torch.Tensor):
             if loss.numel() != 1:
                 raise ValueError(
@@ -546,19 +579,21 @@ class Recorder:
         self._loss = value
         self._host_loss = host_loss
         self._loss_given = True
+        self._has_loss = loss is not None
         if self._stepped or not self._optimizers:
             self._close_step()
 
     def _finish_pending(self) -> None:
         """At exit: close the open step if it was one; a forward alone is not a step."""
         if self._loss_given or self._stepped:
-            self._close_step(complete=self._loss_given)
+            self._close_step()
         else:
             self._clear_pending()
 
-    def _close_step(self, *, complete: bool = True) -> None:
+    def _close_step(self) -> None:
         """Add the step's queued statistics into its buffer row and move to the next step."""
         slot = self._slot
+        complete = self._has_loss
         if not self._optimizers and not self._measured:
             self._meter.before_update(slot, recorded=self._recording, snapshot=False)
         elif self._optimizers and not self._stepped and not self._measured:

@@ -25,8 +25,8 @@ from neuraldbg.causes import RunFacts, gather_facts
 from neuraldbg.compressor import Compression, CoupledFailure, compress
 from neuraldbg.events import LossDynamics, extract_events, loss_dynamics
 from neuraldbg.graph import build_causal_graph, to_mermaid
-from neuraldbg.ranks import combine_ranks
 from neuraldbg.hypotheses import RootCause, generate_hypotheses, rank_root_causes, resolve_overlaps
+from neuraldbg.ranks import combine_ranks
 from neuraldbg.records import FAILURE_TYPES, HEALTHY, Event, Hypothesis
 from neuraldbg.states import StateTable, ThresholdConfig, classify_states
 from neuraldbg.symptoms import Symptom, find_symptoms

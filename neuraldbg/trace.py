@@ -47,7 +47,7 @@ SCHEMA_VERSION = 1
 #: Columns of ``trace.steps`` (one row per training step).
 STEP_COLUMNS: dict[str, str] = {
     "step": "training step, counted by ``dbg.step(loss)`` from 0",
-    "loss": "loss passed to ``dbg.step`` (NaN when the step did not finish)",
+    "loss": "loss passed to ``dbg.step`` (NaN when the step has none: see ``complete``)",
     "lr": "learning rate of the first parameter group, read when the optimizer stepped",
     "grad_norm": "global L2 norm of all parameter gradients before the optimizer step",
     "param_norm": "global L2 norm of all trainable parameters before the optimizer step "
@@ -57,7 +57,8 @@ STEP_COLUMNS: dict[str, str] = {
     "measured on a fixed strided sample of its elements and scaled up)",
     "update_ratio": "update_norm / param_norm",
     "recorded": "True when per-module statistics were recorded at this step",
-    "complete": "False for a step interrupted before ``dbg.step`` (an exception, a crash)",
+    "complete": "False for a step without a loss: interrupted after the optimizer stepped "
+    "and before ``dbg.step`` (an exception, a crash), or ``dbg.step()`` called without one",
 }
 
 #: Columns of ``trace.stats`` (one row per recorded step and module).
