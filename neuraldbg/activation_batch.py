@@ -175,14 +175,15 @@ class ActivationBatch:
 
         Returns ``None`` when every call is kept (the buffer is used as it is).
         """
-        trained = {idx for idx, got in zip(self.calls, self._got_grad) if got}
+        trained = {idx for idx, got in zip(self.calls, self._got_grad, strict=True) if got}
         keep = [i for i, (idx, need, got) in
-                enumerate(zip(self.calls, self._needs_grad, self._got_grad))
+                enumerate(zip(self.calls, self._needs_grad, self._got_grad, strict=True))
                 if got or not need or idx not in trained]
         if len(keep) == len(self.calls):
             return None
         kept = set(keep)
-        self._softmax = [sm for sm, row in zip(self._softmax, self._softmax_rows) if row in kept]
+        self._softmax = [sm for sm, row in zip(self._softmax, self._softmax_rows, strict=True)
+                         if row in kept]
         self.calls = [self.calls[i] for i in keep]
         self._units = [self._units[i] for i in keep]
         self._den = [self._den[i] for i in keep]

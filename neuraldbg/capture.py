@@ -26,7 +26,7 @@ import sys
 import time
 import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import fields, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -37,12 +37,14 @@ import torch
 from torch import nn
 
 from neuraldbg.activation_batch import ActivationBatch
+from neuraldbg.capture_config import CaptureConfig, first_float_tensor
 from neuraldbg.errors import CaptureError, NeuralDbgWarning
 from neuraldbg.host_values import LossProbe, read_lr
 from neuraldbg.module_table import module_table, monitored_modules, parameter_owners
-from neuraldbg.optimizers import as_optimizers, scaler_scale
+from neuraldbg.optimizers import as_optimizers, group_by_optimizer, scaler_scale
 from neuraldbg.param_norms import ParamMeter
-from neuraldbg.statistics import ACT_SUMS, DEN, finish_module_stats, is_channel_first
+from neuraldbg.statistics import DEN, is_channel_first
+from neuraldbg.step_log import Chunk, StepLog
 from neuraldbg.trace import (
     SCHEMA_VERSION,
     STAT_COLUMNS,
@@ -56,65 +58,6 @@ from neuraldbg.trace import (
 )
 
 __all__ = ["Recorder", "CaptureConfig"]
-
-_N_ACT = len(ACT_SUMS)
-
-
-@dataclass(frozen=True, slots=True)
-class CaptureConfig:
-    """Capture settings.
-
-    Attributes
-    ----------
-    every : int
-        Record per-module statistics every ``every`` steps (per-step scalars every step).
-    flush_every : int
-        Copy the device buffer to the host (and write a chunk when streaming) every this many
-        steps. The only host synchronisation of the capture.
-    dense_window : int
-        After a non-finite loss or a loss spike, record every step for this many steps.
-    spike_factor : float
-        A loss above ``spike_factor`` x its running mean counts as a spike.
-    sigmoid_margin : float
-        A sigmoid output within this distance of 0 or 1 is saturated (|pre-activation| > 4.6).
-    tanh_margin : float
-        A tanh output within this distance of +-1 is saturated (|pre-activation| > 2.65).
-    softmax_margin : float
-        A softmax row whose largest probability is above 1 - margin is saturated (one-hot).
-    smooth_tail : float
-        A GELU/SiLU output in [-smooth_tail, 0] lies on the flat negative tail.
-    sample_size : int
-        Shares, mean, std and NaN/Inf counts of an output larger than this are computed on a
-        strided sample of about this many of its elements (counts scaled up; a share then
-        has a standard error below 0.8 points); max |x| and dead units always use the whole
-        output. Likewise the update ``||dW||`` of a parameter tensor larger than this is
-        measured on a strided sample of its elements (:mod:`neuraldbg.param_norms`).
-    """
-
-    every: int = 1
-    flush_every: int = 100
-    dense_window: int = 32
-    spike_factor: float = 3.0
-    sigmoid_margin: float = 0.01
-    tanh_margin: float = 0.01
-    softmax_margin: float = 0.01
-    smooth_tail: float = 0.01
-    sample_size: int = 4096
-
-
-def _first_float_tensor(obj: Any) -> torch.Tensor | None:
-    """The first floating-point tensor in a module output (tensor, tuple, list, dict, None)."""
-    if isinstance(obj, torch.Tensor):
-        return obj if obj.is_floating_point() else None
-    if isinstance(obj, Mapping):
-        obj = list(obj.values())
-    if isinstance(obj, (tuple, list)):
-        for item in obj:
-            found = _first_float_tensor(item)
-            if found is not None:
-                return found
-    return None
-
 
 class Recorder:
     """Record per-module statistics of a training run through PyTorch hooks.
@@ -234,8 +177,8 @@ class Recorder:
         self._build_tables()
         self._step = 0
         # finished chunks in memory: numpy columns of steps and stats (frames built on read)
-        self._chunks: list[tuple[dict[str, np.ndarray], dict[str, np.ndarray]]] = []
-        self._unwritten: list[tuple[dict[str, np.ndarray], dict[str, np.ndarray]]] = []
+        self._chunks: list[Chunk] = []
+        self._unwritten: list[Chunk] = []
         self._writer: TraceWriter | None = None
         self._trace_cache: Trace | None = None
 
@@ -252,8 +195,9 @@ class Recorder:
         # counts there only (index len(leaves) is its bucket).
         params, owner, names = parameter_owners(
             self.model, {name: i for i, (name, _) in enumerate(leaves)}, len(leaves))
-        params, owner, names, groups = self._group_by_optimizer(params, owner, names)
-        self._root_params = [n for n, o in zip(names, owner) if o == len(leaves)]
+        params, owner, names, groups = group_by_optimizer(params, owner, names,
+                                                          self._optimizers)
+        self._root_params = [n for n, o in zip(names, owner, strict=True) if o == len(leaves)]
         first = next(self.model.parameters(), None)
         self._device = first.device if first is not None else torch.device("cpu")
         dev, n_mod, cap = self._device, len(leaves), self.cfg.flush_every
@@ -269,52 +213,8 @@ class Recorder:
         self._meter = ParamMeter(params, owner, n_mod + 1, cap, dev,
                                  sample_size=cfg.sample_size, groups=groups)
         # Device buffers, one row per step slot (+1 module row: the root's bucket).
-        self._act = torch.zeros(cap, n_mod + 1, _N_ACT, dtype=torch.float32, device=dev)
-        self._max = torch.zeros(cap, n_mod + 1, dtype=torch.float32, device=dev)
-        self._grad = torch.zeros(cap, n_mod + 1, dtype=torch.float32, device=dev)
-        self._den = np.zeros((cap, n_mod + 1, len(DEN)))
-
-    def _group_by_optimizer(self, params: list[nn.Parameter], owner: list[int],
-                            names: list[str]) -> tuple[list[nn.Parameter], list[int],
-                                                       list[str], list[tuple[int, int, int]]]:
-        """Parameters reordered optimizer by optimizer, and each optimizer's range.
-
-        Trainable parameters no optimizer holds join the first optimizer's range for their
-        gradient and parameter norms (not for the update, which no hook can see).
-        """
-        if not self._optimizers:
-            return params, owner, names, [(0, len(params), len(params))]
-        pos = {id(p): i for i, p in enumerate(params)}
-        taken: set[int] = set()
-        per_opt: list[list[int]] = []
-        for opt in self._optimizers:
-            mine = []
-            for group in opt.param_groups:
-                for p in group["params"]:
-                    i = pos.get(id(p))
-                    if i is not None and i not in taken:
-                        taken.add(i)
-                        mine.append(i)
-            per_opt.append(mine)
-        loose = [i for i in range(len(params)) if i not in taken]
-        if loose:
-            shown = ", ".join(names[i] for i in loose[:4]) + (", ..." if len(loose) > 4 else "")
-            warnings.warn(
-                f"{len(loose)} trainable parameter(s) are in none of the optimizers given "
-                f"({shown}): their update is not measured. Pass every optimizer that steps "
-                "the model, e.g. NeuralDbg(model, optimizer=[opt_a, opt_b]).",
-                NeuralDbgWarning, stacklevel=4)
-        order: list[int] = []
-        groups: list[tuple[int, int, int]] = []
-        for k, mine in enumerate(per_opt):
-            start = len(order)
-            order += mine
-            upd = len(order)
-            if k == 0:
-                order += loose
-            groups.append((start, len(order), upd))
-        return ([params[i] for i in order], [owner[i] for i in order],
-                [names[i] for i in order], groups)
+        self._log = StepLog([name for name, _ in leaves], cap, dev,
+                            has_params=self._has_params, complement=self._complement)
 
     def _device_index(self, idx: list[int] | tuple[int, ...]) -> torch.Tensor:
         """A cached device tensor of module indices (no host-to-device copy per step)."""
@@ -417,12 +317,7 @@ class Recorder:
 
     def _reset_host_state(self) -> None:
         self._slot = 0                 # buffer row of the current step
-        self._slot_steps: list[int] = []
-        self._slot_lr: list[float | torch.Tensor] = []
-        self._slot_loss: list[float | torch.Tensor] = []  # host value, or the device tensor
         self._loss_probe = LossProbe(self._device)
-        self._slot_recorded: list[bool] = []
-        self._slot_complete: list[bool] = []
         # step 0 is always recorded; entering again later continues the every-k schedule
         self._recording = self._step % self.cfg.every == 0
         self._dense_until = -1
@@ -463,7 +358,7 @@ class Recorder:
             self._close_step()  # (a model whose root is never called, e.g. a GAN's dict)
         if not self._recording or not torch.is_grad_enabled():
             return  # not a recorded step, or an evaluation pass under no_grad
-        x = output if type(output) is torch.Tensor else _first_float_tensor(output)
+        x = output if type(output) is torch.Tensor else first_float_tensor(output)
         if x is None or not x.is_floating_point() or x.numel() == 0:
             return
         idx = self._index[id(module)]
@@ -600,11 +495,7 @@ class Recorder:
             self._lr = read_lr(self._optimizers[0])  # a skipped step: nothing was measured
         if len(self._batch) or self._grad_idx:
             self._add_queued(slot)
-        self._slot_loss.append(self._loss)
-        self._slot_steps.append(self._step)
-        self._slot_lr.append(self._lr)
-        self._slot_recorded.append(self._recording)
-        self._slot_complete.append(complete)
+        self._log.append(self._step, self._lr, self._loss, self._recording, complete)
         self._slot += 1
         host_loss = self._host_loss
         self._clear_pending()
@@ -620,15 +511,16 @@ class Recorder:
         Hooks only queue; rows are written here, when the step closes, so reading the trace
         in the middle of a step (which flushes) never splits a step across rows.
         """
-        self._batch.close(self._act[slot], self._max[slot], self._den[slot])
+        log = self._log
+        self._batch.close(log.act[slot], log.max[slot], log.den[slot])
         if self._grad_idx:
-            self._den[slot, :, DEN.index("grads")] += np.bincount(
-                self._grad_idx, minlength=self._den.shape[1])
+            log.den[slot, :, DEN.index("grads")] += np.bincount(
+                self._grad_idx, minlength=log.den.shape[1])
             with torch.no_grad():
                 squares = torch.stack(self._grad_vals).square()
                 if self._scale is not None:  # measured on the scaled backward
                     squares = squares / self._scale.square()
-                self._grad[slot].index_add_(0, self._device_index(self._grad_idx), squares)
+                log.grad[slot].index_add_(0, self._device_index(self._grad_idx), squares)
 
     def _update_sampling(self, host_loss: float | None) -> None:
         cfg = self.cfg
@@ -662,7 +554,7 @@ class Recorder:
         """
         n = self._slot
         if n:
-            chunk = self._drain(n)
+            chunk = self._log.drain(n, self._meter)
             if self._measured:  # the open step's parameter norms sit in row n
                 self._meter.move(n, 0)
             self._slot = 0
@@ -684,50 +576,6 @@ class Recorder:
             with contextlib.suppress(OSError):
                 self._writer.write_meta(self._meta())
             raise
-
-    def _drain(self, n: int) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-        n_mod = len(self._leaves)
-        totals, par = self._meter.drain(n)
-        with torch.no_grad():
-            # copy=True: on the CPU .cpu() would alias the buffers zeroed just below.
-            act, mx, grad = [t.to("cpu", torch.float64, copy=True).numpy()
-                             for t in (self._act[:n], self._max[:n], self._grad[:n])]
-            for buf in (self._act, self._max, self._grad):
-                buf[:n].zero_()
-            losses = self._slot_loss[:n]
-            on_device = [i for i, v in enumerate(losses) if isinstance(v, torch.Tensor)]
-            loss = np.asarray([float("nan") if isinstance(v, torch.Tensor) else v
-                               for v in losses], dtype=np.float64)
-            if on_device:
-                loss[on_device] = torch.stack([losses[i] for i in on_device]).to(
-                    "cpu", torch.float64).numpy()
-        den = self._den[:n].copy()
-        self._den[:n] = 0.0
-        steps_arr = np.asarray(self._slot_steps[:n], dtype=np.int64)
-        recorded = np.asarray(self._slot_recorded[:n], dtype=bool)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            update_ratio = totals[:, 2] / totals[:, 1]
-        steps = {
-            "step": steps_arr,
-            "loss": loss,
-            "lr": np.asarray([float(v) for v in self._slot_lr[:n]], dtype=np.float64),
-            "grad_norm": totals[:, 0],
-            "param_norm": totals[:, 1],
-            "update_norm": totals[:, 2],
-            "update_ratio": update_ratio,
-            "recorded": recorded,
-            "complete": np.asarray(self._slot_complete[:n], dtype=bool),
-        }
-        for lst in (self._slot_steps, self._slot_lr, self._slot_recorded, self._slot_complete,
-                    self._slot_loss):
-            del lst[:n]
-        rec = np.flatnonzero(recorded)
-        names = np.asarray([name for name, _ in self._leaves], dtype=object)
-        stats = finish_module_stats(
-            steps_arr[rec], names, act[rec, :n_mod], mx[rec, :n_mod], den[rec, :n_mod],
-            grad[rec, :n_mod], par[rec, :n_mod], self._has_params, self._complement,
-        )
-        return steps, stats
 
     # ------------------------------------------------------------------ trace
     def _modules_table(self) -> pd.DataFrame:

@@ -7,12 +7,16 @@ registries; the capture hooks the optimizer they wrap, which is the one that rea
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
 import torch
+from torch import nn
 
-__all__ = ["unwrap_optimizer", "as_optimizers", "scaler_scale"]
+from neuraldbg.errors import NeuralDbgWarning
+
+__all__ = ["unwrap_optimizer", "as_optimizers", "group_by_optimizer", "scaler_scale"]
 
 
 def unwrap_optimizer(optimizer: Any) -> torch.optim.Optimizer:
@@ -72,3 +76,50 @@ def scaler_scale(scaler: Any) -> torch.Tensor | None:
     get = getattr(scaler, "_get_scale_async", None)
     scale = get() if callable(get) else None
     return scale.detach().clone() if isinstance(scale, torch.Tensor) else None
+
+
+def group_by_optimizer(params: list[nn.Parameter], owner: list[int], names: list[str],
+                       optimizers: list[torch.optim.Optimizer]
+                       ) -> tuple[list[nn.Parameter], list[int], list[str],
+                                  list[tuple[int, int, int]]]:
+    """Parameters reordered optimizer by optimizer, and each optimizer's range.
+
+    Returns the reordered ``params``, ``owner`` and ``names`` and, per optimizer,
+    ``(start, stop, update_stop)`` as :class:`neuraldbg.param_norms.ParamMeter` takes them.
+    Trainable parameters that no optimizer holds join the first optimizer's range for their
+    gradient and parameter norms, not for the update (no hook sees them move); a warning
+    names them.
+    """
+    if not optimizers:
+        return params, owner, names, [(0, len(params), len(params))]
+    pos = {id(p): i for i, p in enumerate(params)}
+    taken: set[int] = set()
+    per_opt: list[list[int]] = []
+    for opt in optimizers:
+        mine = []
+        for group in opt.param_groups:
+            for p in group["params"]:
+                i = pos.get(id(p))
+                if i is not None and i not in taken:
+                    taken.add(i)
+                    mine.append(i)
+        per_opt.append(mine)
+    loose = [i for i in range(len(params)) if i not in taken]
+    if loose:
+        shown = ", ".join(names[i] for i in loose[:4]) + (", ..." if len(loose) > 4 else "")
+        warnings.warn(
+            f"{len(loose)} trainable parameter(s) are in none of the optimizers given "
+            f"({shown}): their update is not measured. Pass every optimizer that steps the "
+            "model, e.g. NeuralDbg(model, optimizer=[opt_a, opt_b]).",
+            NeuralDbgWarning, stacklevel=5)
+    order: list[int] = []
+    groups: list[tuple[int, int, int]] = []
+    for k, mine in enumerate(per_opt):
+        start = len(order)
+        order += mine
+        upd = len(order)
+        if k == 0:
+            order += loose
+        groups.append((start, len(order), upd))
+    return ([params[i] for i in order], [owner[i] for i in order], [names[i] for i in order],
+            groups)

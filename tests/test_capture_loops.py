@@ -82,7 +82,7 @@ def test_dbg_step_before_optimizer_step():
             before = [p.detach().clone() for p in model.parameters()]
             opt.step()
             updates.append(torch.cat([(p.detach() - b).flatten() for p, b in
-                                      zip(model.parameters(), before)]).norm().item())
+                                      zip(model.parameters(), before, strict=True)]).norm().item())
     trace = dbg.trace
     assert_norms(trace, expected)
     np.testing.assert_allclose(trace.steps["update_norm"], updates, rtol=1e-3)
@@ -158,7 +158,7 @@ def test_gradient_accumulation():
         for _ in range(STEPS):
             opt.zero_grad()
             total = 0.0
-            for xb, yb in zip(x.chunk(4), y.chunk(4)):
+            for xb, yb in zip(x.chunk(4), y.chunk(4), strict=True):
                 loss = ((model(xb) - yb) ** 2).mean() / 4
                 loss.backward()
                 total += loss.detach()

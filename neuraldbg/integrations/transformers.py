@@ -4,7 +4,8 @@ Example
 -------
 >>> from neuraldbg.integrations.transformers import NeuralDbgTrainerCallback
 >>> callback = NeuralDbgTrainerCallback(out="runs/my-run")              # doctest: +SKIP
->>> Trainer(model=model, args=args, train_dataset=ds, callbacks=[callback]).train()  # doctest: +SKIP
+>>> Trainer(model=model, args=args, train_dataset=ds,
+...         callbacks=[callback]).train()                                  # doctest: +SKIP
 >>> callback.dbg.explain_failure()                                      # doctest: +SKIP
 
 The optimizer the ``Trainer`` hands to callbacks is Accelerate's ``AcceleratedOptimizer``;
