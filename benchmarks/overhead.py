@@ -124,11 +124,11 @@ def _switch_off(dbg: ndb.NeuralDbg, part: str) -> None:
     meter = dbg._meter
     if part == "gradient norm only":
         before = meter.before_update
-        meter.before_update = lambda slot, *, recorded, snapshot: before(
-            slot, recorded=False, snapshot=False)
+        meter.before_update = lambda slot, *, recorded, snapshot, **kw: before(
+            slot, recorded=False, snapshot=False, **kw)
     elif part == "bookkeeping only":
-        meter.before_update = lambda slot, *, recorded, snapshot: None
-        meter.after_update = lambda slot: None
+        meter.before_update = lambda slot, *, recorded, snapshot, **kw: None
+        meter.after_update = lambda slot, **kw: None
 
 
 def measure_alternating(name: str, every: int, *, steps: int,

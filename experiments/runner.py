@@ -42,7 +42,8 @@ __all__ = ["run_scenario", "run_counterfactual", "expected_outcome", "measure_on
 _FINGERPRINT_SOURCES = ("experiments", "neuraldbg/capture.py", "neuraldbg/trace.py",
                         "neuraldbg/statistics.py", "neuraldbg/activation_batch.py",
                         "neuraldbg/param_norms.py", "neuraldbg/module_table.py",
-                        "neuraldbg/host_values.py")
+                        "neuraldbg/host_values.py", "neuraldbg/capture_config.py",
+                        "neuraldbg/step_log.py", "neuraldbg/optimizers.py")
 
 
 def zoo_fingerprint(root: Path | None = None) -> str:

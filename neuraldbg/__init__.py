@@ -13,6 +13,7 @@ from neuraldbg.errors import (
     NotFittedError,
     SchemaVersionError,
     TraceFormatError,
+    TraceLockedError,
 )
 from neuraldbg.methods import (
     HeuristicReasoner,
@@ -49,6 +50,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "NeuralDbgError",
     "TraceFormatError",
+    "TraceLockedError",
     "SchemaVersionError",
     "CaptureError",
     "NotFittedError",

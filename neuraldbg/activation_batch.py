@@ -10,6 +10,12 @@ operations per step whatever the number of modules.
 
 The buffer holds samples only until the step closes; no activation outlives its step, and
 nothing is read on the host.
+
+A call whose output needed a gradient but never got one before the step closed, of a
+module whose other calls in the step did get one (a validation or generation forward with
+gradients enabled, a probe), took no part in the training step: :meth:`ActivationBatch.close`
+leaves it out. A module none of whose calls got a gradient (an LSTM read only through its
+final state, a layer before a detach) keeps them all.
 """
 
 from __future__ import annotations
@@ -105,13 +111,20 @@ class ActivationBatch:
         self._units: list[torch.Tensor] = []
         self._den: list[tuple[int, int, int, int, int]] = []
         self._softmax: list[tuple[int, torch.Tensor]] = []
+        self._softmax_rows: list[int] = []
+        self._needs_grad: list[bool] = []
+        self._got_grad: list[bool] = []
 
     def __len__(self) -> int:
         return len(self.calls)
 
     # ------------------------------------------------------------------ hook side
-    def add(self, idx: int, x: torch.Tensor) -> None:
-        """Measure one call of module ``idx`` with (detached, floating) output ``x``."""
+    def add(self, idx: int, x: torch.Tensor, *, needs_grad: bool) -> int:
+        """Measure one call of module ``idx`` with (detached, floating) output ``x``.
+
+        ``needs_grad`` tells whether the output took part in autograd; such a call counts
+        only once :meth:`mark_grad` has seen its gradient. Returns the call's row.
+        """
         row = len(self.calls)
         if row >= self._buf.shape[0]:
             self._grow(rows=2 * self._buf.shape[0])
@@ -143,10 +156,43 @@ class ActivationBatch:
             rows = x.reshape(-1, x.shape[-1]) if x.dim() >= 2 else x.reshape(1, -1)
             rows = rows[::-(-rows.shape[0] // keep)]
             self._softmax.append((idx, (rows.amax(dim=-1) > self._softmax_cut).sum()))
+            self._softmax_rows.append(row)
             n_sat = rows.shape[0]
         self.calls.append(idx)
         self._units.append(units)
         self._den.append((1, n_s, numel, units.numel(), n_sat))
+        self._needs_grad.append(needs_grad)
+        self._got_grad.append(False)
+        return row
+
+    def mark_grad(self, row: int) -> None:
+        """The output of call ``row`` received its gradient: it belongs to a training step."""
+        if row < len(self._got_grad):
+            self._got_grad[row] = True
+
+    def _drop_untrained(self) -> torch.Tensor | None:
+        """Leave out calls that took no part in the step's backward; their rows, gathered.
+
+        Returns ``None`` when every call is kept (the buffer is used as it is).
+        """
+        trained = {idx for idx, got in zip(self.calls, self._got_grad, strict=True) if got}
+        keep = [i for i, (idx, need, got) in
+                enumerate(zip(self.calls, self._needs_grad, self._got_grad, strict=True))
+                if got or not need or idx not in trained]
+        if len(keep) == len(self.calls):
+            return None
+        kept = set(keep)
+        self._softmax = [sm for sm, row in zip(self._softmax, self._softmax_rows, strict=True)
+                         if row in kept]
+        self.calls = [self.calls[i] for i in keep]
+        self._units = [self._units[i] for i in keep]
+        self._den = [self._den[i] for i in keep]
+        self._needs_grad = [True] * len(keep)
+        self._got_grad = [True] * len(keep)
+        if not keep:
+            return self._buf[:0]
+        index = torch.tensor(keep, dtype=torch.long, device=self._device)
+        return self._buf.index_select(0, index)
 
     def _grow(self, *, rows: int | None = None, width: int | None = None) -> None:
         old = self._buf
@@ -193,12 +239,14 @@ class ActivationBatch:
         den : numpy.ndarray
             ``(n_modules + 1, len(DEN))`` host denominators of the step.
         """
+        gathered = self._drop_untrained()
         n = len(self.calls)
         if not n:
             return
+        samples = self._buf[:n] if gathered is None else gathered
         plan = self._plan()
         with torch.no_grad():
-            sums = sample_sums(self._buf[:n], plan.centres, plan.thresholds,
+            sums = sample_sums(samples, plan.centres, plan.thresholds,
                                scratch=self._scratch[:n])
             act[:, :_DEAD].index_add_(0, plan.call_index, sums)
             units = torch.cat(self._units) if n > 1 else self._units[0]

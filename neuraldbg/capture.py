@@ -18,14 +18,15 @@ loss) also per-module statistics, parameter norms and the update ``||dW|| / ||W|
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import platform
 import sys
 import time
 import warnings
-from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from collections.abc import Mapping, Sequence
+from dataclasses import fields, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -36,11 +37,14 @@ import torch
 from torch import nn
 
 from neuraldbg.activation_batch import ActivationBatch
+from neuraldbg.capture_config import CaptureConfig, first_float_tensor
 from neuraldbg.errors import CaptureError, NeuralDbgWarning
 from neuraldbg.host_values import LossProbe, read_lr
-from neuraldbg.module_table import leaf_modules, module_table, parameter_owners
+from neuraldbg.module_table import module_table, monitored_modules, parameter_owners
+from neuraldbg.optimizers import as_optimizers, group_by_optimizer, scaler_scale
 from neuraldbg.param_norms import ParamMeter
-from neuraldbg.statistics import ACT_SUMS, DEN, finish_module_stats, is_channel_first
+from neuraldbg.statistics import DEN, is_channel_first
+from neuraldbg.step_log import Chunk, StepLog
 from neuraldbg.trace import (
     SCHEMA_VERSION,
     STAT_COLUMNS,
@@ -48,139 +52,117 @@ from neuraldbg.trace import (
     TRACE_FORMAT,
     Trace,
     TraceWriter,
+    check_json,
     load_trace,
+    rank_shard,
 )
 
 __all__ = ["Recorder", "CaptureConfig"]
-
-_N_ACT = len(ACT_SUMS)
-
-
-@dataclass(frozen=True, slots=True)
-class CaptureConfig:
-    """Capture settings.
-
-    Attributes
-    ----------
-    every : int
-        Record per-module statistics every ``every`` steps (per-step scalars every step).
-    flush_every : int
-        Copy the device buffer to the host (and write a chunk when streaming) every this many
-        steps. The only host synchronisation of the capture.
-    dense_window : int
-        After a non-finite loss or a loss spike, record every step for this many steps.
-    spike_factor : float
-        A loss above ``spike_factor`` x its running mean counts as a spike.
-    sigmoid_margin : float
-        A sigmoid output within this distance of 0 or 1 is saturated (|pre-activation| > 4.6).
-    tanh_margin : float
-        A tanh output within this distance of +-1 is saturated (|pre-activation| > 2.65).
-    softmax_margin : float
-        A softmax row whose largest probability is above 1 - margin is saturated (one-hot).
-    smooth_tail : float
-        A GELU/SiLU output in [-smooth_tail, 0] lies on the flat negative tail.
-    sample_size : int
-        Shares, mean, std and NaN/Inf counts of an output larger than this are computed on a
-        strided sample of about this many of its elements (counts scaled up; a share then
-        has a standard error below 0.8 points); max |x| and dead units always use the whole
-        output. Likewise the update ``||dW||`` of a parameter tensor larger than this is
-        measured on a strided sample of its elements (:mod:`neuraldbg.param_norms`).
-    """
-
-    every: int = 1
-    flush_every: int = 100
-    dense_window: int = 32
-    spike_factor: float = 3.0
-    sigmoid_margin: float = 0.01
-    tanh_margin: float = 0.01
-    softmax_margin: float = 0.01
-    smooth_tail: float = 0.01
-    sample_size: int = 4096
-
-
-def _first_float_tensor(obj: Any) -> torch.Tensor | None:
-    """The first floating-point tensor in a module output (tensor, tuple, list, dict, None)."""
-    if isinstance(obj, torch.Tensor):
-        return obj if obj.is_floating_point() else None
-    if isinstance(obj, Mapping):
-        obj = list(obj.values())
-    if isinstance(obj, (tuple, list)):
-        for item in obj:
-            found = _first_float_tensor(item)
-            if found is not None:
-                return found
-    return None
-
 
 class Recorder:
     """Record per-module statistics of a training run through PyTorch hooks.
 
     Use as a context manager; hooks are registered on enter and removed on exit, also when
-    the training loop raises. Call :meth:`step` once per training step, after
-    ``optimizer.step()``.
+    the training loop raises. Call :meth:`step` once per optimizer step, before or after
+    ``optimizer.step()``. Steps are optimizer steps: statistics are measured when the
+    optimizer steps (inside ``opt.step(closure)`` too, after a ``GradScaler`` has unscaled
+    the gradients), and a forward that no optimizer step follows (validation, generation,
+    the forward a run died in) is not a step.
+
+    Entering the same object again (a ``with`` block per epoch) continues the trace: the
+    step counter goes on and, with ``out=``, new chunks are appended to the same directory.
 
     Parameters
     ----------
     model : torch.nn.Module
-        The model to monitor. Hooks go on its leaf modules.
-    optimizer : torch.optim.Optimizer, optional
-        When given, the learning rate is read from its param groups at every step and the
-        parameter update ``||dW|| / ||W||`` is measured across its step.
-    every : int, default=1
-        Record per-module statistics every ``every`` steps. Per-step scalars are recorded
-        every step, and a non-finite loss or a spike switches to every step for a window.
+        The model to monitor. Hooks go on its leaf modules and on modules that own
+        parameters beside their children (``nn.MultiheadAttention``).
+    optimizer : torch.optim.Optimizer or list of them, optional
+        Every optimizer that steps the model's parameters (``[opt_d, opt_g]`` for a GAN).
+        Framework wrappers (Accelerate's ``AcceleratedOptimizer``, Lightning's) are
+        unwrapped. Each optimizer's parameters are measured when it steps: gradient norms,
+        the learning rate (of the first optimizer's first param group) and the update
+        ``||dW|| / ||W||``. Without an optimizer, gradients are read at :meth:`step`.
+    every : int, optional
+        Record per-module statistics every ``every`` steps (default: ``capture_config``'s,
+        1). Per-step scalars are recorded every step, and a non-finite loss or a spike
+        switches to every step for a window.
     config : dict, optional
-        Run metadata (learning rate, architecture, ...) stored with the trace.
+        Run metadata (learning rate, architecture, ...) stored with the trace; JSON values.
     out : str or path-like, optional
         Stream the trace to this directory in chunks while the run goes, so a run that
-        crashes or is killed leaves every finished chunk readable.
+        crashes or is killed leaves every finished chunk readable. Under
+        ``torch.distributed`` with several processes, each rank writes its own shard
+        ``out/rank-<r>/`` and :func:`neuraldbg.load_trace` merges them.
     seed : int, optional
         The run's seed, stored in the trace (defaults to ``torch.initial_seed()``).
     ground_truth : dict, optional
         Known truth about the run (failure-zoo scenarios), stored in ``meta.json``.
-    flush_every : int, default=100
-        Steps between host copies of the statistics buffer (and chunk writes).
+    flush_every : int, optional
+        Steps between host copies of the statistics buffer (and chunk writes); default
+        ``capture_config``'s, 100.
     overwrite : bool, default=False
-        Allow ``out`` to replace an existing trace.
+        Allow ``out`` to replace an existing trace (on the first enter; later enters of the
+        same object append).
     capture_config : CaptureConfig, optional
-        Thresholds and windows; ``every`` and ``flush_every`` above take precedence.
+        Thresholds and windows. ``every`` and ``flush_every``, when passed here, take
+        precedence over its values.
+    scaler : torch.amp.GradScaler, optional
+        The run's gradient scaler: output-gradient norms, measured during the scaled
+        backward, are divided by its scale. Parameter gradients need nothing: the optimizer
+        step sees them unscaled.
+    loss_from_output : bool, default=False
+        Read the loss from the model's output (``output.loss`` or ``output["loss"]``, as
+        Hugging Face models return it) in every forward with gradients enabled; ``dbg.step()``
+        without a loss then records the mean over the step's forwards (the micro-batches of
+        an accumulated step). For framework callbacks that never see the loss.
     """
 
     def __init__(
         self,
         model: nn.Module,
-        optimizer: torch.optim.Optimizer | None = None,
+        optimizer: torch.optim.Optimizer | Sequence[torch.optim.Optimizer] | None = None,
         *,
-        every: int = 1,
+        every: int | None = None,
         config: dict[str, Any] | None = None,
         out: str | os.PathLike[str] | None = None,
         seed: int | None = None,
         ground_truth: dict[str, Any] | None = None,
-        flush_every: int = 100,
+        flush_every: int | None = None,
         overwrite: bool = False,
         capture_config: CaptureConfig | None = None,
+        scaler: Any = None,
+        loss_from_output: bool = False,
     ) -> None:
         if not isinstance(model, nn.Module):
             raise TypeError(
                 f"model must be a torch.nn.Module, got {type(model).__name__}. Pass the model "
                 "you train, e.g. NeuralDbg(model, optimizer=opt)."
             )
-        if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
-            raise TypeError(
-                f"optimizer must be a torch.optim.Optimizer or None, got "
-                f"{type(optimizer).__name__}."
-            )
-        for name, value in (("every", every), ("flush_every", flush_every)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}.")
+        self._optimizers = as_optimizers(optimizer)
+        if isinstance(config, CaptureConfig):
+            raise TypeError("config is run metadata (a dict stored with the trace); pass "
+                            "capture settings as capture_config=CaptureConfig(...).")
         if config is not None and not isinstance(config, Mapping):
             raise TypeError(f"config must be a dict of run metadata, got {type(config).__name__}.")
+        if capture_config is not None and not isinstance(capture_config, CaptureConfig):
+            raise TypeError(f"capture_config must be a CaptureConfig, got "
+                            f"{type(capture_config).__name__}.")
         base = capture_config or CaptureConfig()
-        self.cfg = CaptureConfig(**{**{f.name: getattr(base, f.name) for f in fields(base)},
-                                    "every": every, "flush_every": flush_every})
+        overrides = {k: v for k, v in (("every", every), ("flush_every", flush_every))
+                     if v is not None}
+        for name, value in {"every": base.every, "flush_every": base.flush_every,
+                            **overrides}.items():
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}.")
+        self.cfg = replace(base, **overrides)
         self.model = model
         self.optimizer = optimizer
+        self.scaler = scaler
+        self.loss_from_output = loss_from_output
         self.config = dict(config or {})
+        check_json(self.config, "config")
+        check_json(ground_truth, "ground_truth")
         self.out = Path(out) if out is not None else None
         self.seed = seed
         self.ground_truth = ground_truth
@@ -188,26 +170,34 @@ class Recorder:
         self._handles: list[Any] = []
         self._forward_handles: list[Any] = []  # only while a recorded step may run
         self._active = False
+        self._entered = False
         self._status = "not started"
+        self._error: str | None = None
+        self._rank: tuple[int, int] | None = None
         self._build_tables()
         self._step = 0
         # finished chunks in memory: numpy columns of steps and stats (frames built on read)
-        self._chunks: list[tuple[dict[str, np.ndarray], dict[str, np.ndarray]]] = []
+        self._chunks: list[Chunk] = []
+        self._unwritten: list[Chunk] = []
         self._writer: TraceWriter | None = None
         self._trace_cache: Trace | None = None
 
     # ------------------------------------------------------------------ set-up
     def _build_tables(self) -> None:
         """Module table, parameter ownership and buffers, built once."""
-        leaves = leaf_modules(self.model)
+        leaves = monitored_modules(self.model)
         self._leaves = leaves
         self._modules = module_table(self.model)
         self._index = {id(mod): i for i, (_, mod) in enumerate(leaves)}
         self._families = self._modules["activation_family"].tolist()
         self._forward_seen: dict[int, int] = {}
-        # Every trainable parameter counts in the global norms; one owned directly by a leaf
-        # also counts for that leaf (index len(leaves) is the bucket of container-owned ones).
-        params, owner = parameter_owners(self.model, self._index, len(leaves))
+        # Every trainable parameter counts in the global norms; one the root owns directly
+        # counts there only (index len(leaves) is its bucket).
+        params, owner, names = parameter_owners(
+            self.model, {name: i for i, (name, _) in enumerate(leaves)}, len(leaves))
+        params, owner, names, groups = group_by_optimizer(params, owner, names,
+                                                          self._optimizers)
+        self._root_params = [n for n, o in zip(names, owner, strict=True) if o == len(leaves)]
         first = next(self.model.parameters(), None)
         self._device = first.device if first is not None else torch.device("cpu")
         dev, n_mod, cap = self._device, len(leaves), self.cfg.flush_every
@@ -221,12 +211,10 @@ class Recorder:
             margins={"sigmoid_margin": cfg.sigmoid_margin, "tanh_margin": cfg.tanh_margin,
                      "softmax_margin": cfg.softmax_margin, "smooth_tail": cfg.smooth_tail})
         self._meter = ParamMeter(params, owner, n_mod + 1, cap, dev,
-                                 sample_size=cfg.sample_size)
-        # Device buffers, one row per step slot (+1 module row: the container bucket).
-        self._act = torch.zeros(cap, n_mod + 1, _N_ACT, dtype=torch.float32, device=dev)
-        self._max = torch.zeros(cap, n_mod + 1, dtype=torch.float32, device=dev)
-        self._grad = torch.zeros(cap, n_mod + 1, dtype=torch.float32, device=dev)
-        self._den = np.zeros((cap, n_mod + 1, len(DEN)))
+                                 sample_size=cfg.sample_size, groups=groups)
+        # Device buffers, one row per step slot (+1 module row: the root's bucket).
+        self._log = StepLog([name for name, _ in leaves], cap, dev,
+                            has_params=self._has_params, complement=self._complement)
 
     def _device_index(self, idx: list[int] | tuple[int, ...]) -> torch.Tensor:
         """A cached device tensor of module indices (no host-to-device copy per step)."""
@@ -242,23 +230,36 @@ class Recorder:
     def __enter__(self) -> Recorder:
         if self._active:
             raise CaptureError("This NeuralDbg is already active; enter it once.")
-        self._active = True
-        self._status = "running"
-        self._reset_host_state()
-        if self.out is not None:
-            self._writer = TraceWriter(self.out, overwrite=self.overwrite)
-            self._writer.write_modules(self._modules)
-            self._writer.write_meta(self._meta())
+        writer = None
         try:
+            self._reset_host_state()
+            if self.out is not None:
+                # a later enter of the same object continues its own trace
+                writer = TraceWriter(self._shard_root(), overwrite=self.overwrite,
+                                     append=self._entered)
+            self._status = "running"
+            self._error = None
+            if writer is not None:
+                writer.write_modules(self._modules_table())
+                writer.write_meta(self._meta())
+            self._handles.append(self.model.register_forward_pre_hook(self._root_pre_hook))
+            if self.loss_from_output:
+                self._handles.append(self.model.register_forward_hook(self._root_hook))
             if self._recording:
                 self._attach_forward_hooks()
-            if self.optimizer is not None:
-                self._handles.append(self.optimizer.register_step_pre_hook(self._pre_step_hook))
-                self._handles.append(self.optimizer.register_step_post_hook(self._post_step_hook))
+            for k, opt in enumerate(self._optimizers):
+                self._handles.append(opt.register_step_pre_hook(partial(self._pre_step_hook, k)))
+                self._handles.append(opt.register_step_post_hook(partial(self._post_step_hook,
+                                                                         k)))
         except BaseException:
             self._remove_hooks()
-            self._active = False
-            raise
+            if writer is not None:
+                writer.close()
+            self._status = "not started" if not self._entered else "complete"
+            raise  # the object stays usable: nothing is active
+        self._writer = writer
+        self._active = True
+        self._entered = True
         return self
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
@@ -271,7 +272,26 @@ class Recorder:
             else:
                 self._status = "failed"
                 self._error = f"{exc_type.__name__}: {exc}"
-            self.flush(final=True)
+            try:
+                self._finish_pending()
+                self.flush(final=True)
+            except Exception as err:
+                if exc_type is None:
+                    raise
+                warnings.warn(f"NeuralDBG could not finish the trace after the run failed: "
+                              f"{err!r}", NeuralDbgWarning, stacklevel=2)
+            finally:
+                if self._writer is not None:
+                    self._writer.close()
+
+    def _shard_root(self) -> Path:
+        """``out``, or this rank's shard of it when several processes train together."""
+        assert self.out is not None
+        dist = torch.distributed
+        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+            self._rank = (dist.get_rank(), dist.get_world_size())
+            return rank_shard(self.out, self._rank[0])
+        return self.out
 
     def _attach_forward_hooks(self) -> None:
         self._forward_handles = [mod.register_forward_hook(self._forward_hook)
@@ -297,68 +317,118 @@ class Recorder:
 
     def _reset_host_state(self) -> None:
         self._slot = 0                 # buffer row of the current step
-        self._slot_steps: list[int] = []
-        self._slot_lr: list[float | torch.Tensor] = []
-        self._slot_loss: list[float | torch.Tensor] = []  # host value, or the device tensor
         self._loss_probe = LossProbe(self._device)
-        self._slot_recorded: list[bool] = []
-        self._slot_complete: list[bool] = []
         # step 0 is always recorded; entering again later continues the every-k schedule
         self._recording = self._step % self.cfg.every == 0
         self._dense_until = -1
         self._loss_ema: float | None = None
-        self._error: str | None = None
         self._started = time.time()
         self._clear_pending()
 
     def _clear_pending(self) -> None:
-        self._dirty = False
-        self._opt_stepped = False
+        """Forget the open step's state (its hook results are in the buffer or dropped)."""
+        self._loss_given = False           # dbg.step(loss) was called for the open step
+        self._has_loss = False             # ... with a loss
+        self._host_loss: float | None = None
+        self._stepped: set[int] = set()     # optimizers that stepped in the open step
+        self._measured = False             # parameter-side norms taken for the open step
         self._lr: float | torch.Tensor = float("nan")
         self._loss: float | torch.Tensor = float("nan")
+        self._scale: torch.Tensor | None = None
+        self._output_losses: list[torch.Tensor] = []
         self._batch.reset()
         self._grad_idx: list[int] = []
         self._grad_vals: list[torch.Tensor] = []
 
     # ------------------------------------------------------------------ hooks
+    def _root_pre_hook(self, module: nn.Module, inputs: Any) -> None:
+        if self._loss_given:
+            self._close_step()  # a forward after dbg.step: the next step has begun
+
+    def _root_hook(self, module: nn.Module, inputs: Any, output: Any) -> None:
+        if not torch.is_grad_enabled():
+            return  # evaluation
+        loss = output.get("loss") if isinstance(output, Mapping) else getattr(output, "loss",
+                                                                              None)
+        if isinstance(loss, torch.Tensor) and loss.numel() == 1:
+            self._output_losses.append(loss.detach().reshape(()))
+
     def _forward_hook(self, module: nn.Module, inputs: Any, output: Any) -> None:
+        if self._loss_given:
+            self._close_step()  # (a model whose root is never called, e.g. a GAN's dict)
         if not self._recording or not torch.is_grad_enabled():
             return  # not a recorded step, or an evaluation pass under no_grad
-        x = output if type(output) is torch.Tensor else _first_float_tensor(output)
+        x = output if type(output) is torch.Tensor else first_float_tensor(output)
         if x is None or not x.is_floating_point() or x.numel() == 0:
             return
         idx = self._index[id(module)]
         if idx not in self._forward_seen:
             self._forward_seen[idx] = len(self._forward_seen)
-        self._dirty = True
         # detached: no graph is built from here on, so no no_grad() context is needed
-        self._batch.add(idx, x.detach())
+        row = self._batch.add(idx, x.detach(), needs_grad=x.requires_grad)
         if x.requires_grad:
-            x.register_hook(partial(self._grad_hook, idx))
+            x.register_hook(partial(self._grad_hook, idx, row))
 
-    def _grad_hook(self, idx: int, grad: torch.Tensor) -> None:
+    def _grad_hook(self, idx: int, row: int, grad: torch.Tensor) -> None:
+        if self.scaler is not None and self._scale is None:
+            self._scale = scaler_scale(self.scaler)  # the scale of this backward
         self._grad_vals.append(torch.linalg.vector_norm(grad.detach(), dtype=torch.float32))
         self._grad_idx.append(idx)
+        self._batch.mark_grad(row)
 
-    def _pre_step_hook(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        self._lr = read_lr(optimizer)
-        self._meter.before_update(self._slot, recorded=self._recording, snapshot=True)
-        self._opt_stepped = True
-        self._dirty = True
+    def _pre_step_hook(self, k: int, optimizer: torch.optim.Optimizer, args: Any,
+                       kwargs: Any) -> tuple[Any, Any] | None:
+        if self._loss_given and k in self._stepped:
+            self._close_step()  # dbg.step came before opt.step and this is the next step
+        if k == 0 or not self._stepped:
+            self._lr = read_lr(optimizer)
+        # args[0] is the optimizer itself, args[1] the closure when passed by position
+        closure = kwargs.get("closure", args[1] if len(args) > 1 else None)
+        if closure is None:
+            self._measure(k)
+            return None
 
-    def _post_step_hook(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        self._meter.after_update(self._slot)
+        def measured_closure() -> Any:
+            result = closure()  # forward and backward of the step happen here
+            self._measure(k)
+            return result
+
+        if "closure" in kwargs:
+            return args, {**kwargs, "closure": measured_closure}
+        return (args[0], measured_closure, *args[2:]), kwargs
+
+    def _measure(self, k: int | None) -> None:
+        self._meter.before_update(self._slot, recorded=self._recording, snapshot=True,
+                                  group=k)
+        self._measured = True
+
+    def _post_step_hook(self, k: int, optimizer: torch.optim.Optimizer, args: Any,
+                        kwargs: Any) -> None:
+        self._meter.after_update(self._slot, group=k)
+        self._stepped.add(k)
 
     # ------------------------------------------------------------- step/flush
     @property
     def step_count(self) -> int:
-        """Steps recorded so far (the index the next :meth:`step` call will get)."""
+        """Steps recorded so far (the index the next step will get)."""
         return self._step
 
-    def step(self, loss: torch.Tensor | float | None = None) -> None:
-        """Record the loss and advance the step counter.
+    @property
+    def active(self) -> bool:
+        """Whether the recorder is inside its ``with`` block (hooks attached)."""
+        return self._active
 
-        Call once per training step, after ``optimizer.step()``.
+    @property
+    def optimizer_stepped(self) -> bool:
+        """Whether an optimizer has stepped since the last :meth:`step` (for callbacks that
+        run after every micro-batch of an accumulated step)."""
+        return bool(self._stepped)
+
+    def step(self, loss: torch.Tensor | float | None = None) -> None:
+        """Record the loss of the current optimizer step.
+
+        Call once per optimizer step, before or after ``optimizer.step()``. Called after
+        it, the step closes here; called before, it closes once the optimizer has stepped.
 
         Parameters
         ----------
@@ -377,13 +447,11 @@ class Recorder:
                 "dbg.step(loss) was called outside the `with dbg:` block. Wrap the training "
                 "loop in `with dbg:` so that hooks are active."
             )
-        if not self._opt_stepped:
-            if self.optimizer is None:
-                self._meter.before_update(self._slot, recorded=self._recording,
-                                          snapshot=False)
-            else:
-                self._lr = read_lr(self.optimizer)
         host_loss: float | None = None
+        value: float | torch.Tensor = float("nan")
+        if loss is None and self._output_losses:
+            losses = self._output_losses
+            loss = losses[0] if len(losses) == 1 else torch.stack(losses).mean()
         if isinstance(loss, torch.Tensor):
             if loss.numel() != 1:
                 raise ValueError(
@@ -397,29 +465,45 @@ class Recorder:
                 lt = lt.to(self._device, torch.float32)
             host_loss = self._loss_probe.read(lt)
             # on the CPU the value was read without a sync: nothing to keep on the device
-            self._loss = host_loss if lt.device.type == "cpu" and host_loss is not None else lt
+            value = host_loss if lt.device.type == "cpu" and host_loss is not None else lt
         elif loss is not None:
             host_loss = float(loss)
-            self._loss = host_loss
-        self._close_slot(complete=True)
+            value = host_loss
+        if self._loss_given:
+            self._close_step()  # the previous step's optimizer never stepped (skipped)
+        self._loss = value
+        self._host_loss = host_loss
+        self._loss_given = True
+        self._has_loss = loss is not None
+        if self._stepped or not self._optimizers:
+            self._close_step()
+
+    def _finish_pending(self) -> None:
+        """At exit: close the open step if it was one; a forward alone is not a step."""
+        if self._loss_given or self._stepped:
+            self._close_step()
+        else:
+            self._clear_pending()
+
+    def _close_step(self) -> None:
+        """Add the step's queued statistics into its buffer row and move to the next step."""
+        slot = self._slot
+        complete = self._has_loss
+        if not self._optimizers and not self._measured:
+            self._meter.before_update(slot, recorded=self._recording, snapshot=False)
+        elif self._optimizers and not self._stepped and not self._measured:
+            self._lr = read_lr(self._optimizers[0])  # a skipped step: nothing was measured
+        if len(self._batch) or self._grad_idx:
+            self._add_queued(slot)
+        self._log.append(self._step, self._lr, self._loss, self._recording, complete)
+        self._slot += 1
+        host_loss = self._host_loss
+        self._clear_pending()
         self._step += 1
+        self._trace_cache = None
         self._update_sampling(host_loss)
         if self._slot >= self.cfg.flush_every:
             self.flush()
-
-    def _close_slot(self, *, complete: bool) -> None:
-        """Add the step's queued statistics into its buffer row and move to the next row."""
-        slot = self._slot
-        if len(self._batch) or self._grad_idx:
-            self._add_queued(slot)
-        self._slot_loss.append(self._loss)
-        self._slot_steps.append(self._step)
-        self._slot_lr.append(self._lr)
-        self._slot_recorded.append(self._recording)
-        self._slot_complete.append(complete)
-        self._slot += 1
-        self._clear_pending()
-        self._trace_cache = None
 
     def _add_queued(self, slot: int) -> None:
         """Add the step's queued hook results into buffer row ``slot`` (no host sync).
@@ -427,13 +511,16 @@ class Recorder:
         Hooks only queue; rows are written here, when the step closes, so reading the trace
         in the middle of a step (which flushes) never splits a step across rows.
         """
-        self._batch.close(self._act[slot], self._max[slot], self._den[slot])
+        log = self._log
+        self._batch.close(log.act[slot], log.max[slot], log.den[slot])
         if self._grad_idx:
-            self._den[slot, :, DEN.index("grads")] += np.bincount(
-                self._grad_idx, minlength=self._den.shape[1])
+            log.den[slot, :, DEN.index("grads")] += np.bincount(
+                self._grad_idx, minlength=log.den.shape[1])
             with torch.no_grad():
-                self._grad[slot].index_add_(0, self._device_index(self._grad_idx),
-                                            torch.stack(self._grad_vals).square())
+                squares = torch.stack(self._grad_vals).square()
+                if self._scale is not None:  # measured on the scaled backward
+                    squares = squares / self._scale.square()
+                log.grad[slot].index_add_(0, self._device_index(self._grad_idx), squares)
 
     def _update_sampling(self, host_loss: float | None) -> None:
         cfg = self.cfg
@@ -449,7 +536,7 @@ class Recorder:
         self._recording = (self._step % cfg.every == 0) or self._step <= self._dense_until
         # Between recorded steps the modules run without forward hooks (PyTorch's fast call
         # path): the hooks come back for the next recorded step.
-        if self._recording != bool(self._forward_handles):
+        if self._active and self._recording != bool(self._forward_handles):
             (self._attach_forward_hooks if self._recording else self._detach_forward_hooks)()
 
     def flush(self, *, final: bool = False) -> None:
@@ -457,66 +544,38 @@ class Recorder:
 
         The capture's only host synchronisation. Called every ``flush_every`` steps, on exit,
         and when the trace is read.
+
+        Raises
+        ------
+        OSError
+            When a chunk cannot be written (disk full, ...): the error names the file, the
+            chunk stays in memory (``dbg.trace`` still has it, and the next flush tries it
+            again) and ``meta.json`` says ``write_failed`` where it can still be written.
         """
-        if final and self._dirty:
-            self._close_slot(complete=False)  # an interrupted step: keep what it recorded
         n = self._slot
         if n:
-            steps, stats = self._drain(n)
-            if self._writer is not None:
+            chunk = self._log.drain(n, self._meter)
+            if self._measured:  # the open step's parameter norms sit in row n
+                self._meter.move(n, 0)
+            self._slot = 0
+            (self._unwritten if self._writer is not None else self._chunks).append(chunk)
+        self._trace_cache = None
+        if self._writer is None:
+            return
+        try:
+            while self._unwritten:
+                steps, stats = self._unwritten[0]
                 self._writer.write_chunk(pd.DataFrame(steps, columns=list(STEP_COLUMNS)),
                                          pd.DataFrame(stats, columns=list(STAT_COLUMNS)))
-            else:
-                self._chunks.append((steps, stats))
-            self._slot = 0
-        if self._writer is not None and (final or n):
-            self._writer.write_modules(self._modules_table())
-            self._writer.write_meta(self._meta())
-        self._trace_cache = None
-
-    def _drain(self, n: int) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-        n_mod = len(self._leaves)
-        totals, par = self._meter.drain(n)
-        with torch.no_grad():
-            # copy=True: on the CPU .cpu() would alias the buffers zeroed just below.
-            act, mx, grad = [t.to("cpu", torch.float64, copy=True).numpy()
-                             for t in (self._act[:n], self._max[:n], self._grad[:n])]
-            for buf in (self._act, self._max, self._grad):
-                buf[:n].zero_()
-            losses = self._slot_loss[:n]
-            on_device = [i for i, v in enumerate(losses) if isinstance(v, torch.Tensor)]
-            loss = np.asarray([float("nan") if isinstance(v, torch.Tensor) else v
-                               for v in losses], dtype=np.float64)
-            if on_device:
-                loss[on_device] = torch.stack([losses[i] for i in on_device]).to(
-                    "cpu", torch.float64).numpy()
-        den = self._den[:n].copy()
-        self._den[:n] = 0.0
-        steps_arr = np.asarray(self._slot_steps[:n], dtype=np.int64)
-        recorded = np.asarray(self._slot_recorded[:n], dtype=bool)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            update_ratio = totals[:, 2] / totals[:, 1]
-        steps = {
-            "step": steps_arr,
-            "loss": loss,
-            "lr": np.asarray([float(v) for v in self._slot_lr[:n]], dtype=np.float64),
-            "grad_norm": totals[:, 0],
-            "param_norm": totals[:, 1],
-            "update_norm": totals[:, 2],
-            "update_ratio": update_ratio,
-            "recorded": recorded,
-            "complete": np.asarray(self._slot_complete[:n], dtype=bool),
-        }
-        for lst in (self._slot_steps, self._slot_lr, self._slot_recorded, self._slot_complete,
-                    self._slot_loss):
-            del lst[:n]
-        rec = np.flatnonzero(recorded)
-        names = np.asarray([name for name, _ in self._leaves], dtype=object)
-        stats = finish_module_stats(
-            steps_arr[rec], names, act[rec, :n_mod], mx[rec, :n_mod], den[rec, :n_mod],
-            grad[rec, :n_mod], par[rec, :n_mod], self._has_params, self._complement,
-        )
-        return steps, stats
+                self._unwritten.pop(0)
+            if final or n:
+                self._writer.write_modules(self._modules_table())
+                self._writer.write_meta(self._meta())
+        except OSError as err:
+            self._status, self._error = "write_failed", f"{type(err).__name__}: {err}"
+            with contextlib.suppress(OSError):
+                self._writer.write_meta(self._meta())
+            raise
 
     # ------------------------------------------------------------------ trace
     def _modules_table(self) -> pd.DataFrame:
@@ -530,14 +589,19 @@ class Recorder:
 
         return {
             "status": self._status,
-            "error": getattr(self, "_error", None),
+            "error": self._error,
             "config": self.config,
             "seed": self.seed if self.seed is not None else int(torch.initial_seed()),
             "every": self.cfg.every,
             "flush_every": self.cfg.flush_every,
             "capture_config": {f.name: getattr(self.cfg, f.name) for f in fields(self.cfg)},
             "model_class": type(self.model).__name__,
-            "optimizer_class": type(self.optimizer).__name__ if self.optimizer else None,
+            "optimizer_class": (type(self._optimizers[0]).__name__ if len(self._optimizers) == 1
+                                else [type(o).__name__ for o in self._optimizers] or None),
+            "grad_scaler": self.scaler is not None,
+            "root_parameters": self._root_params,
+            "rank": self._rank[0] if self._rank else None,
+            "world_size": self._rank[1] if self._rank else None,
             "device": str(self._device),
             "n_steps": self._step,
             "started_unix": getattr(self, "_started", None),
@@ -555,20 +619,31 @@ class Recorder:
         """The run recorded so far (flushes the buffer first)."""
         if self._trace_cache is not None:
             return self._trace_cache
+        if self._active and self._loss_given and self._stepped:
+            self._close_step()  # dbg.step came before opt.step, which has run: a whole step
         if self._active and self._slot:
-            self.flush()
+            with contextlib.suppress(OSError):  # a failed write keeps the chunk in memory
+                self.flush()
+
+        def frame(chunks: list[Any], part: int, columns: dict[str, str]) -> pd.DataFrame:
+            if not chunks:
+                return pd.DataFrame(columns=list(columns))
+            return pd.DataFrame({c: np.concatenate([ch[part][c] for ch in chunks])
+                                 for c in columns}, columns=list(columns))
+
         if self._writer is not None:
             trace = load_trace(self._writer.root)
+            if self._unwritten:  # chunks the disk refused, still in memory
+                trace = Trace(
+                    steps=pd.concat([trace.steps, frame(self._unwritten, 0, STEP_COLUMNS)],
+                                    ignore_index=True),
+                    stats=pd.concat([trace.stats, frame(self._unwritten, 1, STAT_COLUMNS)],
+                                    ignore_index=True),
+                    modules=trace.modules, meta={**trace.meta, **self._meta()})
         else:
-            def frame(part: int, columns: dict[str, str]) -> pd.DataFrame:
-                if not self._chunks:
-                    return pd.DataFrame(columns=list(columns))
-                return pd.DataFrame({c: np.concatenate([ch[part][c] for ch in self._chunks])
-                                     for c in columns}, columns=list(columns))
-
             trace = Trace(
-                steps=frame(0, STEP_COLUMNS),
-                stats=frame(1, STAT_COLUMNS),
+                steps=frame(self._chunks, 0, STEP_COLUMNS),
+                stats=frame(self._chunks, 1, STAT_COLUMNS),
                 modules=self._modules_table(),
                 meta={"format": TRACE_FORMAT, "schema_version": SCHEMA_VERSION, **self._meta()},
             )

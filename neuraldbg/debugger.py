@@ -9,6 +9,7 @@ from typing import Any
 from neuraldbg.capture import Recorder
 from neuraldbg.knobs import validate_knobs
 from neuraldbg.methods import get_method
+from neuraldbg.ranks import combine_ranks
 from neuraldbg.records import Hypothesis
 from neuraldbg.sufficiency import thin_evidence, usable_trace
 from neuraldbg.trace import Trace
@@ -49,7 +50,7 @@ def what_if(trace: Trace, method: str | Any = "probabilistic", **knobs: Any) -> 
     if not callable(getattr(engine, "what_if", None)):
         raise ValueError(f"The diagnosis method {method!r} does not answer counterfactuals "
                          "(it has no what_if); use method='probabilistic'.")
-    usable = usable_trace(trace)
+    usable = usable_trace(combine_ranks(trace))
     answer = engine.what_if(usable, **knobs)
     reason = thin_evidence(usable)
     if reason and dataclasses.is_dataclass(answer) and isinstance(

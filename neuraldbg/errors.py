@@ -12,6 +12,7 @@ __all__ = [
     "TraceFormatError",
     "SchemaVersionError",
     "CaptureError",
+    "TraceLockedError",
     "NotFittedError",
     "NeuralDbgWarning",
 ]
@@ -31,6 +32,10 @@ class SchemaVersionError(TraceFormatError):
 
 class CaptureError(NeuralDbgError, RuntimeError):
     """The capture was used in a way that cannot produce a trace (wrong order of calls)."""
+
+
+class TraceLockedError(NeuralDbgError, FileExistsError):
+    """Another process is writing to the trace directory (its lock file exists)."""
 
 
 class NotFittedError(NeuralDbgError, ValueError):

@@ -32,6 +32,7 @@ from neuraldbg.compressor import Compression, CoupledFailure, compress
 from neuraldbg.events import LossDynamics, extract_events, loss_dynamics
 from neuraldbg.graph import build_causal_graph, to_mermaid
 from neuraldbg.hypotheses import RootCause, generate_hypotheses, rank_root_causes, resolve_overlaps
+from neuraldbg.ranks import combine_ranks
 from neuraldbg.records import FAILURE_TYPES, HEALTHY, Event, Hypothesis
 from neuraldbg.states import StateTable, ThresholdConfig, classify_states
 from neuraldbg.sufficiency import hedge, thin_evidence, usable_trace
@@ -130,13 +131,14 @@ def get_method(method: str | Any) -> Any:
 
 
 def _as_trace(trace: Trace | str | os.PathLike[str]) -> Trace:
+    """A trace to diagnose: loaded if a path, its ranks combined if a distributed run's."""
     if isinstance(trace, Trace):
-        return trace
+        return combine_ranks(trace)
     if isinstance(trace, (str, os.PathLike)):
-        return load_trace(trace)
+        return combine_ranks(load_trace(trace))
     inner = getattr(trace, "trace", None)  # a NeuralDbg
     if isinstance(inner, Trace):
-        return inner
+        return combine_ranks(inner)
     raise TypeError(f"Expected a Trace, a trace directory or a NeuralDbg, got "
                     f"{type(trace).__name__}.")
 

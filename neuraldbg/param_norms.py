@@ -19,6 +19,7 @@ evenly spread updates (Adam's), more for heavy-tailed ones.
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import torch
@@ -34,10 +35,15 @@ GRAD, PARAM, UPDATE = 0, 1, 2
 class ParamMeter:
     """Gradient, parameter and update norms of the trainable parameters, per step.
 
+    The parameters are split into contiguous groups, one per optimizer: each group is
+    measured when its own optimizer steps (its gradients as that optimizer receives them,
+    its update across that optimizer's step), so two optimizers on one model (a GAN, a
+    separate head) each get their own parameters' figures.
+
     Parameters
     ----------
     params : list of torch.nn.Parameter
-        Trainable parameters, each once.
+        Trainable parameters, each once, ordered group by group.
     owner : list of int
         Buffer row (module) of each parameter.
     n_rows : int
@@ -48,11 +54,18 @@ class ParamMeter:
         Where the parameters live.
     sample_size : int
         Largest parameter tensor whose update is measured exactly (see the module notes).
+    groups : list of (int, int, int), optional
+        ``(start, stop, update_stop)`` of each group: ``params[start:stop]`` are measured
+        together and the update of ``params[start:update_stop]`` across the group's step
+        (parameters no optimizer updates sit in ``[update_stop, stop)``). Default: one group
+        holding every parameter.
     """
 
     def __init__(self, params: list[nn.Parameter], owner: list[int], n_rows: int,
-                 capacity: int, device: torch.device, *, sample_size: int = 4096) -> None:
+                 capacity: int, device: torch.device, *, sample_size: int = 4096,
+                 groups: list[tuple[int, int, int]] | None = None) -> None:
         self.params = params
+        self.groups = groups or [(0, len(params), len(params))]
         self._strides = [self._stride(p, sample_size) for p in params]
         counts = [p.numel() if k == 1 else len(range(0, p.numel(), k))
                   for p, k in zip(params, self._strides)]
@@ -62,8 +75,8 @@ class ParamMeter:
         self._norms = torch.full((capacity, 3, len(params)), math.nan, dtype=torch.float32,
                                  device=device)
         self._zero = torch.zeros((), device=device)
-        self._snapshot: list[torch.Tensor] | None = None
-        self._fresh = False
+        self._snapshot: dict[int, list[torch.Tensor]] = {}
+        self._fresh: set[int] = set()
 
     @staticmethod
     def _stride(p: nn.Parameter, sample_size: int) -> int:
@@ -72,51 +85,77 @@ class ParamMeter:
         per_row = p.numel() // p.shape[0] if p.dim() > 1 else 1
         return sample_stride(p.numel(), per_row, sample_size)
 
-    def _update_views(self) -> list[torch.Tensor]:
+    def _update_views(self, start: int, stop: int) -> list[torch.Tensor]:
         """The elements of each parameter whose update is measured (views, no copy)."""
         return [p.detach() if k == 1 else p.detach().view(-1)[::k]
-                for p, k in zip(self.params, self._strides)]
+                for p, k in zip(self.params[start:stop], self._strides[start:stop])]
 
-    def _grads(self) -> list[torch.Tensor] | None:
-        grads = [p.grad for p in self.params]
+    def _grads(self, start: int, stop: int) -> list[torch.Tensor] | None:
+        grads = [p.grad for p in self.params[start:stop]]
         if all(g is None for g in grads):
             return None
         # a parameter without a gradient this step counts as a zero gradient
         return [g if g is not None else self._zero for g in grads]
 
-    def before_update(self, slot: int, *, recorded: bool, snapshot: bool) -> None:
-        """Gradient norms (every step); parameter norms and the snapshot (recorded steps)."""
-        self._fresh = False
-        if not self.params:
+    def before_update(self, slot: int, *, recorded: bool, snapshot: bool,
+                      group: int | None = None) -> None:
+        """Gradient norms (every step); parameter norms and the snapshot (recorded steps).
+
+        ``group`` is the index of the optimizer about to step (``None``: every parameter,
+        no optimizer).
+        """
+        if group is None:
+            start, stop, upd = 0, len(self.params), len(self.params)
+            key = -1
+        else:
+            start, stop, upd = self.groups[group]
+            key = group
+        self._fresh.discard(key)
+        if stop <= start:
             return
-        grads = self._grads()
+        grads = self._grads(start, stop)
+        whole = start == 0 and stop == len(self.params)
         row = self._norms[slot]
         with torch.no_grad():
             if not recorded:
                 if grads is not None:
-                    torch.stack(torch._foreach_norm(grads), out=row[GRAD])
+                    torch.stack(torch._foreach_norm(grads), out=row[GRAD, start:stop])
                 return
-            weights = [p.detach() for p in self.params]
+            weights = [p.detach() for p in self.params[start:stop]]
             if grads is None:
-                torch.stack(torch._foreach_norm(weights), out=row[PARAM])
-            else:
+                torch.stack(torch._foreach_norm(weights), out=row[PARAM, start:stop])
+            elif whole:
                 torch.stack(torch._foreach_norm(grads + weights), out=row[:2].view(-1))
-            if snapshot:
-                views = self._update_views()
-                if self._snapshot is None:
-                    self._snapshot = [v.clone() for v in views]
+            else:
+                row[:2, start:stop].copy_(
+                    torch.stack(torch._foreach_norm(grads + weights)).view(2, -1))
+            if snapshot and upd > start:
+                views = self._update_views(start, upd)
+                snap = self._snapshot.get(key)
+                if snap is None:
+                    self._snapshot[key] = [v.clone() for v in views]
                 else:
-                    torch._foreach_copy_(self._snapshot, views)
-                self._fresh = True
+                    torch._foreach_copy_(snap, views)
+                self._fresh.add(key)
 
-    def after_update(self, slot: int) -> None:
+    def after_update(self, slot: int, *, group: int | None = None) -> None:
         """``||dW||`` per parameter across the step just taken (when a snapshot was taken)."""
-        if not self._fresh or self._snapshot is None:
+        key = -1 if group is None else group
+        if key not in self._fresh:
             return
-        self._fresh = False
+        self._fresh.discard(key)
+        start, upd = (0, len(self.params)) if group is None else (self.groups[group][0],
+                                                                   self.groups[group][2])
+        snap = self._snapshot[key]
         with torch.no_grad():
-            torch._foreach_sub_(self._snapshot, self._update_views())
-            torch.stack(torch._foreach_norm(self._snapshot), out=self._norms[slot, UPDATE])
+            torch._foreach_sub_(snap, self._update_views(start, upd))
+            torch.stack(torch._foreach_norm(snap), out=self._norms[slot, UPDATE, start:upd])
+
+    def move(self, src: int, dst: int) -> None:
+        """Move step row ``src`` to ``dst`` (the open step's row when a flush renumbers)."""
+        with torch.no_grad():
+            self._norms[dst].copy_(self._norms[src])
+            self._norms[src].fill_(math.nan)
 
     def drain(self, n: int) -> tuple[np.ndarray, np.ndarray]:
         """Host copy of the first ``n`` steps, then reset them.
@@ -124,9 +163,11 @@ class ParamMeter:
         Returns
         -------
         totals : numpy.ndarray
-            ``(n, 3)`` global gradient, parameter and update norms (NaN where not measured).
+            ``(n, 3)`` global gradient, parameter and update norms over the parameters
+            measured at each step (NaN where none was).
         per_module : numpy.ndarray
-            ``(n, n_rows, 3)`` squared norms summed over each module's own parameters.
+            ``(n, n_rows, 3)`` squared norms summed over each module's own parameters (NaN
+            where none of them was measured).
         """
         if not self.params:
             return np.full((n, 3), math.nan), np.zeros((n, self._owner.shape[1], 3))
@@ -135,8 +176,12 @@ class ParamMeter:
             self._norms[:n].fill_(math.nan)
         host[:, UPDATE] *= self._update_scale
         sq = host**2
-        totals = np.sqrt(sq.sum(axis=2))
+        seen = ~np.isnan(sq)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            totals = np.where(seen.any(axis=2), np.sqrt(np.nansum(sq, axis=2)), math.nan)
         per_module = np.einsum("nkp,pm->nmk", np.nan_to_num(sq, nan=0.0), self._owner)
-        # a quantity not measured at a step stays NaN for every module
-        per_module[np.isnan(totals)[:, None, :].repeat(per_module.shape[1], 1)] = math.nan
+        # a quantity not measured for any of a module's parameters stays NaN for it
+        measured = np.einsum("nkp,pm->nmk", seen.astype(np.float64), self._owner) > 0
+        per_module[~measured] = math.nan
         return totals, per_module

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +26,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from neuraldbg.errors import SchemaVersionError, TraceFormatError
+from neuraldbg.errors import SchemaVersionError, TraceFormatError, TraceLockedError
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -36,6 +37,8 @@ __all__ = [
     "Trace",
     "TraceWriter",
     "load_trace",
+    "rank_shard",
+    "rank_shards",
 ]
 
 TRACE_FORMAT = "neuraldbg-trace"
@@ -44,7 +47,7 @@ SCHEMA_VERSION = 1
 #: Columns of ``trace.steps`` (one row per training step).
 STEP_COLUMNS: dict[str, str] = {
     "step": "training step, counted by ``dbg.step(loss)`` from 0",
-    "loss": "loss passed to ``dbg.step`` (NaN when the step did not finish)",
+    "loss": "loss passed to ``dbg.step`` (NaN when the step has none: see ``complete``)",
     "lr": "learning rate of the first parameter group, read when the optimizer stepped",
     "grad_norm": "global L2 norm of all parameter gradients before the optimizer step",
     "param_norm": "global L2 norm of all trainable parameters before the optimizer step "
@@ -54,7 +57,8 @@ STEP_COLUMNS: dict[str, str] = {
     "measured on a fixed strided sample of its elements and scaled up)",
     "update_ratio": "update_norm / param_norm",
     "recorded": "True when per-module statistics were recorded at this step",
-    "complete": "False for a step interrupted before ``dbg.step`` (an exception, a crash)",
+    "complete": "False for a step without a loss: interrupted after the optimizer stepped "
+    "and before ``dbg.step`` (an exception, a crash), or ``dbg.step()`` called without one",
 }
 
 #: Columns of ``trace.stats`` (one row per recorded step and module).
@@ -91,23 +95,43 @@ MODULE_COLUMNS: dict[str, str] = {
     "n_trainable": "number of those that require grad",
     "fan_in": "inputs per output unit of the weight (in_features x kernel size); 0 without one",
     "fan_out": "outputs per input unit of the weight (out_features x kernel size); 0 without one",
+    "parameters": "qualified names of the trainable parameters counted in this row, comma "
+    "separated: the module's own, and those of children it calls functionally (the "
+    "out_proj of nn.MultiheadAttention)",
 }
+
+
+def _write_error(exc: OSError, path: Path) -> OSError:
+    """The file system's error, naming the file that could not be written."""
+    reason = exc.strerror or str(exc)
+    err = OSError(exc.errno, f"{reason}: could not write the trace file {path} (earlier "
+                             "chunks are kept; free space or choose another out= directory)",
+                  str(path))
+    return err
 
 
 def _atomic_write_bytes(path: Path, data: bytes) -> None:
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise _write_error(exc, path) from exc
 
 
 def _atomic_write_parquet(path: Path, frame: pd.DataFrame) -> None:
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     table = pa.Table.from_pandas(frame, preserve_index=False)
-    pq.write_table(table, tmp)
-    os.replace(tmp, path)
+    try:
+        pq.write_table(table, tmp)
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise _write_error(exc, path) from exc
 
 
 def _json_default(value: Any) -> Any:
@@ -122,6 +146,14 @@ def _json_default(value: Any) -> Any:
         f"Value {value!r} of type {type(value).__name__} cannot be stored in trace metadata; "
         "pass JSON-compatible values (numbers, strings, lists, dicts) in config/ground_truth."
     )
+
+
+def check_json(value: Any, name: str) -> None:
+    """Raise ``TypeError`` naming ``name`` if ``value`` cannot be stored in ``meta.json``."""
+    try:
+        json.dumps(value, default=_json_default)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{name} cannot be stored in the trace: {exc}") from exc
 
 
 def _dump_json(obj: dict[str, Any]) -> bytes:
@@ -205,15 +237,23 @@ class Trace:
             The directory written.
         """
         writer = TraceWriter(path, overwrite=overwrite)
-        writer.write_modules(self.modules)
-        if len(self.steps) or len(self.stats):
-            writer.write_chunk(self.steps, self.stats)
-        writer.write_meta(self.meta)
+        try:
+            writer.write_modules(self.modules)
+            if len(self.steps) or len(self.stats):
+                writer.write_chunk(self.steps, self.stats)
+            writer.write_meta(self.meta)
+        finally:
+            writer.close()
         return writer.root
 
 
 class TraceWriter:
     """Writes a trace directory incrementally: modules once, then chunks, meta any time.
+
+    One writer per directory at a time: a lock file (``.lock``, created with an exclusive
+    create, so two processes cannot both succeed) is taken before anything is checked or
+    written and removed by :meth:`close`. A lock left by a process that died on this host is
+    taken over.
 
     Parameters
     ----------
@@ -221,27 +261,71 @@ class TraceWriter:
         Directory to write. Created if missing.
     overwrite : bool, default=False
         Allow replacing a directory that already holds a trace.
+    append : bool, default=False
+        Continue the trace already in ``path`` (new chunks after the existing ones).
 
     Raises
     ------
     FileExistsError
-        If ``path`` already holds a trace and ``overwrite`` is False.
+        If ``path`` already holds a trace and neither ``overwrite`` nor ``append`` is set.
+    TraceLockedError
+        If another writer holds the directory.
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, overwrite: bool = False) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, overwrite: bool = False,
+                 append: bool = False) -> None:
         self.root = Path(path)
-        if (self.root / "meta.json").exists():
-            if not overwrite:
-                raise FileExistsError(
-                    f"{self.root} already holds a trace (meta.json exists). Choose another "
-                    "directory or pass overwrite=True to replace it."
-                )
-            for sub in ("steps", "stats"):
-                for part in (self.root / sub).glob("part-*.parquet"):
-                    part.unlink()
-        (self.root / "steps").mkdir(parents=True, exist_ok=True)
-        (self.root / "stats").mkdir(parents=True, exist_ok=True)
-        self._n_chunks = 0
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._lock: Path | None = None
+        self._acquire()
+        try:
+            existing = sorted((self.root / "steps").glob("part-*.parquet"))
+            if (self.root / "meta.json").exists() and not append:
+                if not overwrite:
+                    raise FileExistsError(
+                        f"{self.root} already holds a trace (meta.json exists). Choose another "
+                        "directory or pass overwrite=True to replace it."
+                    )
+                for sub in ("steps", "stats"):
+                    for part in (self.root / sub).glob("part-*.parquet"):
+                        part.unlink()
+                existing = []
+            (self.root / "steps").mkdir(exist_ok=True)
+            (self.root / "stats").mkdir(exist_ok=True)
+        except BaseException:
+            self.close()
+            raise
+        self._n_chunks = int(existing[-1].stem.split("-")[1]) + 1 if existing else 0
+
+    def _acquire(self) -> None:
+        lock = self.root / ".lock"
+        info = json.dumps({"pid": os.getpid(), "host": socket.gethostname()}).encode()
+        for _ in range(2):
+            try:
+                fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                if _stale_lock(lock):
+                    lock.unlink(missing_ok=True)
+                    continue
+                holder = _read_lock(lock)
+                raise TraceLockedError(
+                    f"{self.root} is being written by another process ({holder}; lock file "
+                    f"{lock}). Give each run its own directory (under DDP each rank writes "
+                    "its own shard of one directory by itself); if no process writes there "
+                    "any more, delete the lock file."
+                ) from None
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(info)
+            self._lock = lock
+            return
+        raise TraceLockedError(f"Could not take the lock {lock}: another process keeps "
+                               "re-creating it. Give each run its own directory.")
+
+    def close(self) -> None:
+        """Release the directory (remove the lock file). Safe to call twice."""
+        if self._lock is not None:
+            self._lock.unlink(missing_ok=True)
+            self._lock = None
 
     def write_meta(self, meta: dict[str, Any]) -> None:
         """Write ``meta.json`` atomically (format tag and schema version included)."""
@@ -253,12 +337,49 @@ class TraceWriter:
         _atomic_write_parquet(self.root / "modules.parquet", modules)
 
     def write_chunk(self, steps: pd.DataFrame, stats: pd.DataFrame) -> None:
-        """Write one chunk of steps and statistics, each under a temporary name then renamed."""
+        """Write one chunk of steps and statistics, each under a temporary name then renamed.
+
+        Raises
+        ------
+        OSError
+            The error of the file system (disk full, file too large, ...), naming the file.
+            Nothing of the chunk is left on disk, and earlier chunks are untouched.
+        """
         name = f"part-{self._n_chunks:06d}.parquet"
         # stats first: a chunk counts as present once its steps file exists.
         _atomic_write_parquet(self.root / "stats" / name, stats)
-        _atomic_write_parquet(self.root / "steps" / name, steps)
+        try:
+            _atomic_write_parquet(self.root / "steps" / name, steps)
+        except BaseException:
+            (self.root / "stats" / name).unlink(missing_ok=True)
+            raise
         self._n_chunks += 1
+
+
+def _read_lock(lock: Path) -> str:
+    try:
+        info = json.loads(lock.read_text())
+        return f"pid {info.get('pid')} on {info.get('host')}"
+    except (OSError, ValueError):
+        return "unknown process"
+
+
+def _stale_lock(lock: Path) -> bool:
+    """True when the lock's process ran on this host and no longer exists."""
+    try:
+        info = json.loads(lock.read_text())
+        pid, host = int(info["pid"]), info["host"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return False  # being written right now, or not ours to judge
+    if host != socket.gethostname():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
 
 
 def _read_parts(root: Path, sub: str, columns: Iterable[str]) -> pd.DataFrame:
@@ -279,11 +400,52 @@ def _read_parts(root: Path, sub: str, columns: Iterable[str]) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True)
 
 
+def rank_shard(root: str | os.PathLike[str], rank: int) -> Path:
+    """Directory of rank ``rank``'s shard in a distributed run's trace directory."""
+    return Path(root) / f"rank-{rank}"
+
+
+def rank_shards(root: Path) -> list[tuple[int, Path]]:
+    """``(rank, directory)`` of the rank shards in ``root``, by rank (empty if none)."""
+    if not root.is_dir():
+        return []
+    found = []
+    for d in root.glob("rank-*"):
+        tail = d.name.split("-", 1)[1]
+        if d.is_dir() and tail.isdigit() and (d / "meta.json").exists():
+            found.append((int(tail), d))
+    return sorted(found)
+
+
+def _merge_ranks(root: Path, shards: list[tuple[int, Path]]) -> Trace:
+    """One trace from the shards of a distributed run, every row tagged with its ``rank``."""
+    traces = [(rank, load_trace(d)) for rank, d in shards]
+    steps = pd.concat([t.steps.assign(rank=r) for r, t in traces], ignore_index=True)
+    stats = pd.concat([t.stats.assign(rank=r) for r, t in traces], ignore_index=True)
+    if len(steps):
+        steps = steps.sort_values(["step", "rank"], kind="stable").reset_index(drop=True)
+    meta = dict(traces[0][1].meta)
+    statuses = [t.meta.get("status") for _, t in traces]
+    meta.update({
+        "ranks": [r for r, _ in traces],
+        "status": next((s for s in ("failed", "write_failed", "running") if s in statuses),
+                       statuses[0]),
+        "rank_status": {str(r): t.meta.get("status") for r, t in traces},
+        "n_steps": max(int(t.meta.get("n_steps") or 0) for _, t in traces),
+    })
+    return Trace(steps=steps, stats=stats, modules=traces[0][1].modules, meta=meta)
+
+
 def load_trace(path: str | os.PathLike[str]) -> Trace:
     """Load a trace directory written by :class:`NeuralDbg` or :meth:`Trace.save`.
 
     Only Parquet and JSON are read; nothing is unpickled, so a trace from a colleague cannot
     run code. A run that crashed or was killed loads with every chunk it finished.
+
+    A distributed run's directory holds one shard per rank (``rank-0/``, ``rank-1/``, ...,
+    each written by its own process); they are merged into one trace whose ``steps`` and
+    ``stats`` carry a ``rank`` column (the diagnosis methods combine the ranks per step,
+    :func:`neuraldbg.ranks.combine_ranks`).
 
     Parameters
     ----------
@@ -303,6 +465,9 @@ def load_trace(path: str | os.PathLike[str]) -> Trace:
         If the trace was written with a newer schema than this version reads.
     """
     root = Path(path)
+    shards = rank_shards(root)
+    if shards and not (root / "meta.json").exists():
+        return _merge_ranks(root, shards)
     if not root.is_dir():
         raise TraceFormatError(
             f"No trace directory at {root}: it does not exist or is not a directory. Pass the "

@@ -93,11 +93,12 @@ def test_per_step_scalars_match_an_independent_computation():
                                rtol=1e-4)
     np.testing.assert_allclose(trace.steps["lr"], 0.1)
     max_abs = trace.stat("act_max_abs")["0"].to_numpy()
-    # model(x) was called twice per step in this test (h and loss): the max is the same value
+    # model[0] ran twice per step (the probe h and the loss); the probe's output got no
+    # gradient, so it is not part of the training step: one call counted, the same values
     np.testing.assert_allclose(max_abs, [a for a, _ in expected_act], rtol=1e-5)
     np.testing.assert_allclose(trace.stat("act_frac_zero")["1"], [z for _, z in expected_act],
                                rtol=1e-5)
-    assert (trace.stat("calls")["0"] == 2).all()
+    assert (trace.stat("calls")["0"] == 1).all()
 
 
 @pytest.mark.parametrize("model_fn", [
@@ -322,3 +323,45 @@ def test_no_synchronising_cuda_call_between_flushes():
         finally:
             torch.cuda.set_sync_debug_mode("default")
     assert len(dbg.trace.steps) == 13
+
+
+def test_attention_parameters_all_belong_to_a_row_and_self_attn_is_observed():
+    torch.manual_seed(0)
+
+    class Encoder(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = nn.TransformerEncoderLayer(16, 2, dim_feedforward=32, dropout=0.0,
+                                                    batch_first=True)
+            self.head = nn.Linear(16, 1)
+
+        def forward(self, x):
+            return self.head(self.layer(x).mean(dim=1))
+
+    model = Encoder()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    x, y = torch.randn(32, 6, 16), torch.randn(32, 1)
+    with ndb.NeuralDbg(model, optimizer=opt) as dbg:
+        for _ in range(5):
+            opt.zero_grad()
+            loss = ((model(x) - y) ** 2).mean()
+            loss.backward()
+            opt.step()
+            dbg.step(loss)
+    trace = dbg.trace
+    mods = trace.modules.set_index("module_name")
+    named = [n for n, p in model.named_parameters()]
+    listed = [q for cell in mods["parameters"] if cell for q in cell.split(",")]
+    assert sorted(listed) == sorted(named)  # every parameter in exactly one row
+    assert mods["n_trainable"].sum() == sum(p.numel() for p in model.parameters())
+    assert set(mods.loc["layer.self_attn", "parameters"].split(",")) == {
+        "layer.self_attn.in_proj_weight", "layer.self_attn.in_proj_bias",
+        "layer.self_attn.out_proj.weight", "layer.self_attn.out_proj.bias"}
+    assert "layer.self_attn.out_proj" not in mods.index  # called functionally, folded in
+    assert trace.meta["root_parameters"] == []
+    attn = trace.stats[trace.stats["module_name"] == "layer.self_attn"]
+    cols = ["act_mean", "act_std", "act_max_abs", "out_grad_norm", "param_grad_norm",
+            "param_norm", "update_ratio"]
+    assert len(attn) == 5 and (attn["calls"] == 1).all()
+    assert np.isfinite(attn[cols].to_numpy()).all()
+    assert np.isfinite(trace.stats[cols[3:]].dropna(how="all").to_numpy()).any()

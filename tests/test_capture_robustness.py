@@ -121,7 +121,8 @@ def test_frozen_parameters():
     assert (trace.steps["update_norm"] > 0).all()
 
 
-def test_exception_in_loop_removes_hooks_and_keeps_trace(tmp_path):
+@pytest.mark.parametrize("after_step", [False, True])
+def test_exception_in_loop_removes_hooks_and_keeps_trace(tmp_path, after_step):
     model = nn.Sequential(nn.Linear(4, 4), nn.Tanh(), nn.Linear(4, 1))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     dbg = ndb.NeuralDbg(model, optimizer=opt, out=tmp_path / "run", flush_every=4)
@@ -130,17 +131,26 @@ def test_exception_in_loop_removes_hooks_and_keeps_trace(tmp_path):
             for step in range(10):
                 opt.zero_grad()
                 loss = model(torch.randn(8, 4)).pow(2).mean()
-                if step == 6:
+                if step == 6 and not after_step:
                     raise RuntimeError("boom")  # after the forward of step 6
                 loss.backward()
                 opt.step()
+                if step == 6:
+                    raise RuntimeError("boom")  # the optimizer stepped, dbg.step not called
                 dbg.step(loss)
     assert all(len(m._forward_hooks) == 0 for m in model.modules())
     trace = ndb.load_trace(tmp_path / "run")
     assert trace.meta["status"] == "failed" and "boom" in trace.meta["error"]
-    assert trace.steps["step"].tolist() == list(range(7))
-    assert trace.steps["complete"].tolist() == [True] * 6 + [False]
-    assert 6 in set(trace.stats["step"])  # the interrupted step's forward was kept
+    if after_step:  # the parameters moved: a step, marked incomplete (no loss)
+        assert trace.steps["step"].tolist() == list(range(7))
+        assert trace.steps["complete"].tolist() == [True] * 6 + [False]
+        assert np.isfinite(trace.steps["grad_norm"]).all()
+        assert 6 in set(trace.stats["step"])
+    else:  # a forward no optimizer step followed is not a step
+        assert trace.steps["step"].tolist() == list(range(6))
+        assert trace.steps["complete"].all() and np.isfinite(trace.steps["loss"]).all()
+        assert 6 not in set(trace.stats["step"])
+    assert trace.meta["n_steps"] == len(trace.steps)
 
 
 def test_save_and_load_round_trip(tmp_path):

@@ -1,0 +1,67 @@
+"""Capture settings, and how a module output is read."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+__all__ = ["CaptureConfig", "first_float_tensor"]
+
+
+@dataclass(frozen=True, slots=True)
+class CaptureConfig:
+    """Capture settings.
+
+    Attributes
+    ----------
+    every : int
+        Record per-module statistics every ``every`` steps (per-step scalars every step).
+    flush_every : int
+        Copy the device buffer to the host (and write a chunk when streaming) every this many
+        steps. The only host synchronisation of the capture.
+    dense_window : int
+        After a non-finite loss or a loss spike, record every step for this many steps.
+    spike_factor : float
+        A loss above ``spike_factor`` x its running mean counts as a spike.
+    sigmoid_margin : float
+        A sigmoid output within this distance of 0 or 1 is saturated (|pre-activation| > 4.6).
+    tanh_margin : float
+        A tanh output within this distance of +-1 is saturated (|pre-activation| > 2.65).
+    softmax_margin : float
+        A softmax row whose largest probability is above 1 - margin is saturated (one-hot).
+    smooth_tail : float
+        A GELU/SiLU output in [-smooth_tail, 0] lies on the flat negative tail.
+    sample_size : int
+        Shares, mean, std and NaN/Inf counts of an output larger than this are computed on a
+        strided sample of about this many of its elements (counts scaled up; a share then
+        has a standard error below 0.8 points); max |x| and dead units always use the whole
+        output. Likewise the update ``||dW||`` of a parameter tensor larger than this is
+        measured on a strided sample of its elements (:mod:`neuraldbg.param_norms`).
+    """
+
+    every: int = 1
+    flush_every: int = 100
+    dense_window: int = 32
+    spike_factor: float = 3.0
+    sigmoid_margin: float = 0.01
+    tanh_margin: float = 0.01
+    softmax_margin: float = 0.01
+    smooth_tail: float = 0.01
+    sample_size: int = 4096
+
+
+def first_float_tensor(obj: Any) -> torch.Tensor | None:
+    """The first floating-point tensor in a module output (tensor, tuple, list, dict, None)."""
+    if isinstance(obj, torch.Tensor):
+        return obj if obj.is_floating_point() else None
+    if isinstance(obj, Mapping):
+        obj = list(obj.values())
+    if isinstance(obj, (tuple, list)):
+        for item in obj:
+            found = first_float_tensor(item)
+            if found is not None:
+                return found
+    return None

@@ -1,0 +1,108 @@
+"""The steps since the last flush: host-side scalars and the device rows of their statistics.
+
+One buffer row per step slot: activation sums, max |x| and squared output-gradient norms on
+the model's device (written with ``index_add_`` when a step closes, never read on the host
+until :meth:`StepLog.drain`), denominators known from shapes on the host, and the per-step
+scalars (step, learning rate, loss, recorded, complete). :meth:`StepLog.drain` is the
+capture's one host synchronisation: it copies the first ``n`` rows and turns them into the
+numpy columns of ``trace.steps`` and ``trace.stats``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from neuraldbg.param_norms import ParamMeter
+from neuraldbg.statistics import ACT_SUMS, DEN, finish_module_stats
+
+__all__ = ["StepLog"]
+
+Chunk = tuple[dict[str, np.ndarray], dict[str, np.ndarray]]
+
+
+class StepLog:
+    """Per-step buffers of one flush interval.
+
+    Parameters
+    ----------
+    names : list of str
+        Monitored module names (buffer rows; one more row holds the root's parameters).
+    capacity : int
+        Steps held between flushes.
+    device : torch.device
+        Where the model lives.
+    has_params, complement : numpy.ndarray
+        Per module: owns trainable parameters; GELU/SiLU (saturation counted as a complement).
+    """
+
+    def __init__(self, names: list[str], capacity: int, device: torch.device, *,
+                 has_params: np.ndarray, complement: np.ndarray) -> None:
+        n_rows = len(names) + 1
+        self.names = np.asarray(names, dtype=object)
+        self.has_params, self.complement = has_params, complement
+        self.act = torch.zeros(capacity, n_rows, len(ACT_SUMS), dtype=torch.float32,
+                               device=device)
+        self.max = torch.zeros(capacity, n_rows, dtype=torch.float32, device=device)
+        self.grad = torch.zeros(capacity, n_rows, dtype=torch.float32, device=device)
+        self.den = np.zeros((capacity, n_rows, len(DEN)))
+        self.steps: list[int] = []
+        self.lr: list[float | torch.Tensor] = []
+        self.loss: list[float | torch.Tensor] = []  # host value, or the device tensor
+        self.recorded: list[bool] = []
+        self.complete: list[bool] = []
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+    def append(self, step: int, lr: float | torch.Tensor, loss: float | torch.Tensor,
+               recorded: bool, complete: bool) -> None:
+        """The scalars of the step whose statistics went into row ``len(self)``."""
+        self.steps.append(step)
+        self.lr.append(lr)
+        self.loss.append(loss)
+        self.recorded.append(recorded)
+        self.complete.append(complete)
+
+    def drain(self, n: int, meter: ParamMeter) -> Chunk:
+        """Columns of ``trace.steps`` and ``trace.stats`` for the first ``n`` steps; reset them."""
+        n_mod = len(self.names)
+        totals, par = meter.drain(n)
+        with torch.no_grad():
+            # copy=True: on the CPU .cpu() would alias the buffers zeroed just below.
+            act, mx, grad = [t.to("cpu", torch.float64, copy=True).numpy()
+                             for t in (self.act[:n], self.max[:n], self.grad[:n])]
+            for buf in (self.act, self.max, self.grad):
+                buf[:n].zero_()
+            losses = self.loss[:n]
+            on_device = [i for i, v in enumerate(losses) if isinstance(v, torch.Tensor)]
+            loss = np.asarray([float("nan") if isinstance(v, torch.Tensor) else v
+                               for v in losses], dtype=np.float64)
+            if on_device:
+                loss[on_device] = torch.stack([losses[i] for i in on_device]).to(
+                    "cpu", torch.float64).numpy()
+        den = self.den[:n].copy()
+        self.den[:n] = 0.0
+        steps_arr = np.asarray(self.steps[:n], dtype=np.int64)
+        recorded = np.asarray(self.recorded[:n], dtype=bool)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            update_ratio = totals[:, 2] / totals[:, 1]
+        steps = {
+            "step": steps_arr,
+            "loss": loss,
+            "lr": np.asarray([float(v) for v in self.lr[:n]], dtype=np.float64),
+            "grad_norm": totals[:, 0],
+            "param_norm": totals[:, 1],
+            "update_norm": totals[:, 2],
+            "update_ratio": update_ratio,
+            "recorded": recorded,
+            "complete": np.asarray(self.complete[:n], dtype=bool),
+        }
+        for lst in (self.steps, self.lr, self.recorded, self.complete, self.loss):
+            del lst[:n]
+        rec = np.flatnonzero(recorded)
+        stats = finish_module_stats(
+            steps_arr[rec], self.names, act[rec, :n_mod], mx[rec, :n_mod], den[rec, :n_mod],
+            grad[rec, :n_mod], par[rec, :n_mod], self.has_params, self.complement,
+        )
+        return steps, stats

@@ -1,0 +1,269 @@
+"""Steps are optimizer steps: the loops people write, each on a healthy model.
+
+Every loop trains a small tanh MLP on y = sin(x_0) through real hooks. The gradient norm each
+optimizer received is computed by hand right before it steps and compared with the trace;
+both diagnosis methods must judge the run healthy (no hypothesis at confidence >= 0.5).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import neuraldbg as ndb
+
+STEPS = 80
+
+
+def mlp() -> nn.Sequential:
+    return nn.Sequential(nn.Linear(16, 32), nn.Tanh(), nn.Linear(32, 32), nn.Tanh(),
+                         nn.Linear(32, 1))
+
+
+def data(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(128, 16, generator=g)
+    return x, x[:, :1].sin()
+
+
+def grad_norm(params) -> float:
+    grads = [p.grad.flatten() for p in params if p.grad is not None]
+    return torch.cat(grads).norm().item()
+
+
+def assert_healthy(trace: ndb.Trace) -> None:
+    for method in ("heuristic", "probabilistic"):
+        hyps = ndb.explain(trace, method=method)
+        assert all(h.confidence < 0.5 for h in hyps), (method, hyps[:2])
+
+
+def assert_norms(trace: ndb.Trace, expected: list[float]) -> None:
+    assert trace.steps["step"].tolist() == list(range(len(expected)))
+    assert trace.steps["complete"].all() and np.isfinite(trace.steps["loss"]).all()
+    np.testing.assert_allclose(trace.steps["grad_norm"], expected, rtol=1e-3)
+
+
+def test_validation_forward_between_steps_and_after_the_last():
+    model, (x, y) = mlp(), data()
+    xv, yv = data(1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    expected, val_first = [], []
+    with ndb.NeuralDbg(model, optimizer=opt) as dbg:
+        for step in range(STEPS):
+            opt.zero_grad()
+            loss = ((model(x) - y) ** 2).mean()
+            loss.backward()
+            expected.append(grad_norm(model.parameters()))
+            opt.step()
+            dbg.step(loss)
+            if step % 10 == 0 or step == STEPS - 1:
+                val = ((model(xv) - yv) ** 2).mean()  # gradients enabled, no backward
+                val_first.append(val.item())
+    trace = dbg.trace
+    assert_norms(trace, expected)
+    assert (trace.stat("calls")["0"] == 1).all()  # the validation forwards are not counted
+    assert trace.meta["n_steps"] == STEPS
+    assert_healthy(trace)
+
+
+def test_dbg_step_before_optimizer_step():
+    model, (x, y) = mlp(), data()
+    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    expected, updates = [], []
+    with ndb.NeuralDbg(model, optimizer=opt) as dbg:
+        for _ in range(STEPS):
+            opt.zero_grad()
+            loss = ((model(x) - y) ** 2).mean()
+            loss.backward()
+            dbg.step(loss)  # before opt.step(): the step closes once the optimizer stepped
+            expected.append(grad_norm(model.parameters()))
+            before = [p.detach().clone() for p in model.parameters()]
+            opt.step()
+            updates.append(torch.cat([(p.detach() - b).flatten() for p, b in
+                                      zip(model.parameters(), before, strict=True)]).norm().item())
+    trace = dbg.trace
+    assert_norms(trace, expected)
+    np.testing.assert_allclose(trace.steps["update_norm"], updates, rtol=1e-3)
+    assert_healthy(trace)
+
+
+@pytest.mark.parametrize("opt_cls", [torch.optim.SGD, torch.optim.Adam])
+def test_optimizer_step_with_a_closure(opt_cls):
+    model, (x, y) = mlp(), data()
+    opt = opt_cls(model.parameters(), lr=0.05 if opt_cls is torch.optim.SGD else 3e-3)
+    expected = []
+
+    def closure():
+        opt.zero_grad()
+        loss = ((model(x) - y) ** 2).mean()
+        loss.backward()
+        expected.append(grad_norm(model.parameters()))
+        return loss
+
+    with ndb.NeuralDbg(model, optimizer=opt) as dbg:
+        for _ in range(STEPS):
+            loss = opt.step(closure)  # forward and backward inside the step, as Lightning does
+            dbg.step(loss)
+    trace = dbg.trace
+    assert_norms(trace, expected)
+    assert np.isfinite(trace.stat("param_grad_norm")["0"]).all()
+    assert_healthy(trace)
+
+
+def test_grad_scaler_on_cpu_records_unscaled_statistics():
+    torch.manual_seed(0)
+    plain_model = mlp()
+    scaled_model = mlp()
+    scaled_model.load_state_dict(plain_model.state_dict())
+    x, y = data()
+    traces, norms = [], []
+    for model, use_scaler in ((plain_model, False), (scaled_model, True)):
+        opt = torch.optim.SGD(model.parameters(), lr=0.05)
+        scaler = torch.amp.GradScaler("cpu", init_scale=2.0**16) if use_scaler else None
+        expected = []
+        with ndb.NeuralDbg(model, optimizer=opt, scaler=scaler) as dbg:
+            for _ in range(STEPS):
+                opt.zero_grad()
+                loss = ((model(x) - y) ** 2).mean()
+                if scaler is None:
+                    loss.backward()
+                    expected.append(grad_norm(model.parameters()))
+                    opt.step()
+                else:
+                    scaler.scale(loss).backward()
+                    scaler.unscale_(opt)
+                    expected.append(grad_norm(model.parameters()))
+                    scaler.step(opt)
+                    scaler.update()
+                dbg.step(loss)
+        traces.append(dbg.trace)
+        norms.append(expected)
+    plain, scaled = traces
+    assert_norms(scaled, norms[1])
+    np.testing.assert_allclose(norms[1], norms[0], rtol=1e-3)  # the same run, unscaled
+    for column in ("out_grad_norm", "param_grad_norm"):
+        np.testing.assert_allclose(scaled.stat(column).to_numpy(), plain.stat(column).to_numpy(),
+                                   rtol=1e-3, err_msg=column)
+    assert scaled.meta["grad_scaler"] is True
+    assert_healthy(scaled)
+
+
+def test_gradient_accumulation():
+    model, (x, y) = mlp(), data()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    expected = []
+    with ndb.NeuralDbg(model, optimizer=opt) as dbg:
+        for _ in range(STEPS):
+            opt.zero_grad()
+            total = 0.0
+            for xb, yb in zip(x.chunk(4), y.chunk(4), strict=True):
+                loss = ((model(xb) - yb) ** 2).mean() / 4
+                loss.backward()
+                total += loss.detach()
+            expected.append(grad_norm(model.parameters()))
+            opt.step()
+            dbg.step(total)  # once per optimizer step
+    trace = dbg.trace
+    assert_norms(trace, expected)
+    assert (trace.stat("calls")["0"] == 4).all()
+    assert_healthy(trace)
+
+
+def test_two_optimizers_each_measured_when_it_steps():
+    model, (x, y) = mlp(), data()
+    body = [p for m in model[:-1] for p in m.parameters()]
+    head = list(model[-1].parameters())
+    opt_body = torch.optim.SGD(body, lr=0.05)
+    opt_head = torch.optim.Adam(head, lr=3e-3)
+    expected, head_moves = [], []
+    with ndb.NeuralDbg(model, optimizer=[opt_body, opt_head]) as dbg:
+        for _ in range(STEPS):
+            opt_body.zero_grad()
+            opt_head.zero_grad()
+            loss = ((model(x) - y) ** 2).mean()
+            loss.backward()
+            expected.append(grad_norm(model.parameters()))
+            w = model[-1].weight.detach().clone()
+            opt_body.step()
+            opt_head.step()
+            head_moves.append(((model[-1].weight.detach() - w).norm() / w.norm()).item())
+            dbg.step(loss)
+    trace = dbg.trace
+    assert_norms(trace, expected)
+    ratio = trace.stat("update_ratio")["4"].to_numpy()
+    assert (ratio > 0).all()
+    # the head's weight and bias together: close to the weight's own ratio
+    np.testing.assert_allclose(ratio, head_moves, rtol=0.5)
+    assert trace.meta["optimizer_class"] == ["SGD", "Adam"]
+    assert_healthy(trace)
+
+
+def test_one_of_two_optimizers_given_warns_and_names_the_parameters():
+    model = mlp()
+    opt_body = torch.optim.SGD([p for m in model[:-1] for p in m.parameters()], lr=0.05)
+    with pytest.warns(ndb.NeuralDbgWarning, match=r"optimizer=\[opt_a, opt_b\]") as rec:
+        ndb.NeuralDbg(model, optimizer=opt_body)
+    assert "4.weight" in str(rec[0].message)
+
+
+def test_gan_loop_with_two_optimizers():
+    torch.manual_seed(0)
+    gen = nn.Sequential(nn.Linear(4, 16), nn.Tanh(), nn.Linear(16, 2))
+    disc = nn.Sequential(nn.Linear(2, 16), nn.Tanh(), nn.Linear(16, 1))
+    gan = nn.ModuleDict({"gen": gen, "disc": disc})
+    opt_d = torch.optim.Adam(disc.parameters(), lr=2e-3, betas=(0.5, 0.999))
+    opt_g = torch.optim.Adam(gen.parameters(), lr=2e-3, betas=(0.5, 0.999))
+    bce = nn.BCEWithLogitsLoss()
+    g = torch.Generator().manual_seed(0)
+    real = torch.randn(256, 2, generator=g) * 0.5 + 4.0
+    expected = []
+    with ndb.NeuralDbg(gan, optimizer=[opt_d, opt_g]) as dbg:
+        for _ in range(STEPS):
+            z = torch.randn(256, 4, generator=g)
+            opt_d.zero_grad()
+            d_loss = (bce(disc(real), torch.ones(256, 1))
+                      + bce(disc(gen(z).detach()), torch.zeros(256, 1)))
+            d_loss.backward()
+            d_norm = grad_norm(disc.parameters())
+            opt_d.step()
+            opt_g.zero_grad()
+            g_loss = bce(disc(gen(z)), torch.ones(256, 1))
+            g_loss.backward()
+            g_norm = grad_norm(gen.parameters())
+            opt_g.step()
+            expected.append(float(np.hypot(d_norm, g_norm)))
+            # the discriminator's loss, which falls while it learns to tell the samples apart
+            # (a GAN near equilibrium reads as a plateau to both reasoners, whatever is recorded)
+            dbg.step(d_loss)
+    trace = dbg.trace
+    assert_norms(trace, expected)
+    s = trace.stats.set_index(["step", "module_name"])
+    # the detached generator forward of the discriminator step is not counted
+    assert (s.xs("gen.0", level="module_name")["calls"] == 1).all()
+    linear = s.index.get_level_values("module_name").str.endswith(("0", "2"))
+    assert np.isfinite(s.loc[linear, "param_grad_norm"]).all()
+    assert_healthy(trace)
+
+
+def test_exception_inside_the_block_leaves_only_whole_steps(tmp_path):
+    model, (x, y) = mlp(), data()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    expected = []
+    dbg = ndb.NeuralDbg(model, optimizer=opt, out=tmp_path / "run", flush_every=16)
+    with pytest.raises(KeyboardInterrupt):
+        with dbg:
+            for step in range(STEPS + 10):
+                opt.zero_grad()
+                loss = ((model(x) - y) ** 2).mean()
+                if step == STEPS:
+                    raise KeyboardInterrupt  # the user stops the run mid-forward
+                loss.backward()
+                expected.append(grad_norm(model.parameters()))
+                opt.step()
+                dbg.step(loss)
+    trace = ndb.load_trace(tmp_path / "run")
+    assert_norms(trace, expected)
+    assert trace.meta["status"] == "failed" and trace.meta["n_steps"] == STEPS
+    assert_healthy(trace)
