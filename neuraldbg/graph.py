@@ -8,7 +8,7 @@ The graph is a DAG, and an edge ``u -> v`` always means "u came first and led to
   same step), in the order it travelled (forward for activations, backward for gradients);
 - ``failure -> failure`` (``explains``): one failure accounts for another;
 - ``layer -> layer`` with a mechanism (``blocks_gradient``, ``destabilises``, ``amplifies``):
-  a failure in an origin layer set off another kind of failure elsewhere (coupled failures).
+  the origin of one failure set off another failure where that one began (coupled failures).
 
 Nodes are root causes, failures (one per failure type, at its origin layer and step) and
 *layer events*: a layer in the state one failure put it in (id ``layer:<failure>:<name>``).
@@ -110,14 +110,12 @@ def build_causal_graph(hypotheses: Sequence[Hypothesis],
             c = f"cause:{h.root_cause}"
             g.add_node(c, kind="cause", label=h.root_cause)
             _add_edge(g, c, f, "causes", None)
-    layer_failure: dict[str, list[str]] = {}  # module name -> failure types drawn there
     for ftype, h in best.items():
         f = f"failure:{ftype}"
         origin = layer_node(ftype, h.origin_layer)
         g.add_node(origin, kind="layer", module_name=h.origin_layer, failure_type=ftype,
                    step=int(h.origin_step),
                    label=f"layer {h.origin_layer or '(model)'} (step {h.origin_step})")
-        layer_failure.setdefault(h.origin_layer, []).append(ftype)
         _add_edge(g, f, origin, "originates_in", 0)
         prop = h.metadata.get("propagation") or {}
         prev, prev_step = origin, h.origin_step
@@ -127,7 +125,6 @@ def build_causal_graph(hypotheses: Sequence[Hypothesis],
             if node not in g:
                 g.add_node(node, kind="layer", module_name=name, failure_type=ftype,
                            step=int(step), label=f"layer {name} (step {int(step)})")
-                layer_failure.setdefault(name, []).append(ftype)
             _add_edge(g, prev, node, "propagates", int(step) - int(prev_step))
             prev, prev_step = node, step
         for other, _p in (h.metadata.get("explained_by") or {}).items():
@@ -136,15 +133,16 @@ def build_causal_graph(hypotheses: Sequence[Hypothesis],
                           int(h.origin_step) - int(best[other].origin_step))
     # Coupled failures with a named mechanism, from an origin layer to a layer in the graph
     # (same-kind spread is already drawn as the propagation path; no 2-cycles).
+    # A mechanism edge joins two origins: the origin of one failure set off another
+    # failure where that one began (edges into every layer it passed were clutter).
     origins = {h.origin_layer: ftype for ftype, h in best.items()}
     for pair in coupled:
-        if pair.relation in ("propagates", "co_occurs") or pair.cause.module_name not in origins:
+        cause, effect = pair.cause.module_name, pair.effect.module_name
+        if pair.relation in ("propagates", "co_occurs") or cause not in origins:
             continue
-        u = layer_node(origins[pair.cause.module_name], pair.cause.module_name)
-        for ftype in layer_failure.get(pair.effect.module_name, []):
-            v = layer_node(ftype, pair.effect.module_name)
-            if ftype != origins[pair.cause.module_name]:
-                _add_edge(g, u, v, pair.relation, pair.step_gap)
+        if effect in origins and origins[effect] != origins[cause]:
+            _add_edge(g, layer_node(origins[cause], cause),
+                      layer_node(origins[effect], effect), pair.relation, pair.step_gap)
     return g
 
 
