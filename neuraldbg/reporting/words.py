@@ -221,7 +221,7 @@ def _vanishing(ev: TraceEvidence, h: Hypothesis) -> str:
     if col is None or len(ev.steps) == 0:
         return f"the gradient of {ev.label(h.origin_layer)} was not measured"
     g = ev.tables["out_grad_norm"]
-    top = np.nanmax(np.where(np.isfinite(g), g, np.nan), axis=1)
+    top = np.where(np.isfinite(g), g, -np.inf).max(axis=1, initial=-np.inf)
     rows = ev.steps >= h.origin_step
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = g[rows, col] / top[rows]
