@@ -8,6 +8,7 @@ from neuraldbg.capture import CaptureConfig
 from neuraldbg.debugger import NeuralDbg, what_if
 from neuraldbg.errors import (
     CaptureError,
+    MissingDependencyError,
     NeuralDbgError,
     NeuralDbgWarning,
     NotFittedError,
@@ -54,5 +55,6 @@ __all__ = [
     "SchemaVersionError",
     "CaptureError",
     "NotFittedError",
+    "MissingDependencyError",
     "NeuralDbgWarning",
 ]

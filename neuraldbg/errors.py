@@ -13,6 +13,7 @@ __all__ = [
     "SchemaVersionError",
     "CaptureError",
     "NotFittedError",
+    "MissingDependencyError",
     "NeuralDbgWarning",
 ]
 
@@ -35,6 +36,10 @@ class CaptureError(NeuralDbgError, RuntimeError):
 
 class NotFittedError(NeuralDbgError, ValueError):
     """An estimator was used before ``fit``."""
+
+
+class MissingDependencyError(NeuralDbgError, ImportError):
+    """An optional feature was used without its extra installed (the message names it)."""
 
 
 class NeuralDbgWarning(UserWarning):
