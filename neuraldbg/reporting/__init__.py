@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from neuraldbg.reporting.collect import ReportData, WhatIfRow, collect, standard_interventions
+from neuraldbg.reporting.data import ReportData, WhatIfRow, collect, standard_interventions
 from neuraldbg.reporting.summary import NonFinite, RunSummary, summarize_run
 from neuraldbg.reporting.words import Verdict, verdict, what_if_meaning
 from neuraldbg.trace import Trace, load_trace
