@@ -24,7 +24,12 @@ from matplotlib.axes import Axes  # noqa: E402
 from matplotlib.colors import ListedColormap  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from neuraldbg.states import StateTable, classify_states  # noqa: E402
+from neuraldbg.states import (  # noqa: E402
+    ACTIVATION_STATES,
+    GRADIENT_STATES,
+    StateTable,
+    classify_states,
+)
 from neuraldbg.trace import Trace, load_trace  # noqa: E402
 
 __all__ = ["STATE_NAMES", "HEALTH_COLORS", "MAX_COLUMNS", "HeatmapPanel", "health_matrix",
@@ -42,23 +47,35 @@ MAX_COLUMNS = 600
 _SVG_SALT = "neuraldbg"  # fixed ids in the SVG output, so a report is reproducible
 
 
+#: Severity rank of each code + 1 (unobserved -1, ok 0, vanishing 1, exploding 2,
+#: saturated 3, dead 4, anomalous 5): the worse state of a cell is the one drawn.
+_SEVERITY = np.array([-1, 0, 3, 4, 2, 5, 1])
+
+
+def _lookup(states: tuple, unobserved: float) -> np.ndarray:
+    """Code table for a state array: index ``i`` -> health code, the last slot (-1) for
+    an unobserved cell."""
+    codes = {"healthy": 0, "normal": 0, "vanishing": 1, "exploding": 2, "saturated": 3,
+             "dead": 4, "anomalous": 5}
+    return np.array([codes.get(str(getattr(st, "value", st)), 0) for st in states] +
+                    [unobserved], dtype=float)
+
+
 def health_matrix(states: StateTable) -> tuple[np.ndarray, list[str], np.ndarray]:
     """(modules x steps) health codes (index into :data:`STATE_NAMES`), NaN where unobserved.
 
-    A cell shows the worst of the gradient and activation states; a non-finite output or
-    gradient overrides both.
+    A cell shows the worse of the gradient and activation states (dead, then exploding,
+    vanishing, saturated, anomalous); a non-finite output or gradient overrides both.
     """
-    g = states.frame("gradient").T.to_numpy()
-    a = states.frame("activation").T.to_numpy()
-    codes = np.zeros(g.shape, dtype=float)
-    for name, code in (("anomalous", 5), ("saturated", 3), ("vanishing", 1), ("exploding", 2),
-                       ("dead", 4)):
-        codes[(g == name) | (a == name)] = code
+    grad = _lookup(GRADIENT_STATES, -1.0)[states.grad_state]
+    act = _lookup(ACTIVATION_STATES, -1.0)[states.act_state]
+    rank = _SEVERITY[(grad + 1).astype(int)]  # unobserved (-1) ranks lowest
+    codes = np.where(rank >= _SEVERITY[(act + 1).astype(int)], grad, act)
     nf = states.measures.get("nonfinite")
     if nf is not None:
-        codes[np.asarray(nf, dtype=bool).T] = 6
-    codes[(g == "unobserved") & (a == "unobserved")] = np.nan
-    return codes, list(states.module_names), np.asarray(states.steps)
+        codes[np.asarray(nf, dtype=bool)] = 6
+    codes[codes < 0] = np.nan
+    return codes.T, list(states.module_names), np.asarray(states.steps)
 
 
 def bin_steps(values: np.ndarray, steps: np.ndarray, max_columns: int = MAX_COLUMNS
@@ -305,8 +322,8 @@ def plot_health_heatmaps(panels: Sequence[HeatmapPanel], path: str) -> str | Non
 def to_data_uri(fig: Figure, fmt: str = "svg") -> str:
     """The figure as a ``data:`` URI (SVG or PNG), then closed: no file, no network."""
     buf = io.BytesIO()
-    with plt.rc_context({"svg.hashsalt": _SVG_SALT, "svg.fonttype": "path"}):
-        fig.savefig(buf, format=fmt, bbox_inches="tight", metadata=(
+    with plt.rc_context({"svg.hashsalt": _SVG_SALT, "svg.fonttype": "none"}):
+        fig.savefig(buf, format=fmt, metadata=(
             {"Date": None} if fmt == "svg" else None), dpi=110 if fmt == "png" else None)
     plt.close(fig)
     mime = "image/svg+xml" if fmt == "svg" else "image/png"

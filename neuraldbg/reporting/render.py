@@ -80,6 +80,7 @@ def _loss_fig(data: ReportData, width: float = 10, height: float = 3.2) -> Figur
     loss = data.trace.steps["loss"].to_numpy(dtype=float)
     mark = _top_onset(data)
     fig, ax = plt.subplots(figsize=(width, height))
+    fig.subplots_adjust(left=0.07, right=0.98, top=0.95, bottom=0.15)
     peak = (s.loss_peak_step, s.loss_peak) if s.loss_peak is not None else None
     plot_loss(ax, steps, loss, onset=mark[1] if mark else None,
               nonfinite_step=s.first_nonfinite_loss.step if s.first_nonfinite_loss else None,
@@ -97,6 +98,7 @@ def _heatmaps(data: ReportData) -> list[tuple[str, str, Figure]]:
     if data.diagnosis is not None:
         codes, names, steps = health_matrix(data.diagnosis.states)
         fig, ax = plt.subplots(figsize=(10, rows))
+        fig.subplots_adjust(left=0.12, right=0.9, top=0.92, bottom=0.25 * 3 / rows)
         plot_health(ax, codes, names, steps, origin_layers=origin, onset=onset)
         ax.set_title("activation and gradient health per layer (State Classifier)", fontsize=9)
         figs.append(("health", "Health of every layer at every recorded step", fig))
@@ -107,6 +109,7 @@ def _heatmaps(data: ReportData) -> list[tuple[str, str, Figure]]:
         if not np.isfinite(vals).any():
             continue
         fig, ax = plt.subplots(figsize=(10, rows))
+        fig.subplots_adjust(left=0.12, right=0.98, top=0.92, bottom=0.16 * 3 / rows)
         plot_heatmap(ax, vals, ev.names, ev.steps, label=stat, origin_layers=origin,
                      onset=onset, cmap=cmap)
         ax.set_title(title, fontsize=9)
@@ -249,6 +252,7 @@ def render_html(data: ReportData, title: str = "NeuralDBG run report") -> str:
     body.append("<h2>Causal graph</h2>")
     if data.graph.number_of_nodes():
         fig, ax = plt.subplots(figsize=graph_figure_size(data.graph))
+        fig.subplots_adjust(left=0.01, right=0.99, top=0.99, bottom=0.01)
         plot_causal_graph(ax, data.graph, data.evidence.types)
         body.append("<p class=note>An arrow means &ldquo;came first and led to&rdquo;: a "
                     "cause to the failure it produced, a failure to the layer where it began, "
