@@ -88,6 +88,15 @@ def _loss_fig(data: ReportData, width: float = 10, height: float = 3.2) -> Figur
     return fig
 
 
+def _loss_caption(data: ReportData) -> str:
+    marks = ["triangle: peak"]
+    if _top_onset(data):
+        marks.insert(0, "dashed: onset of the top hypothesis")
+    if data.summary.first_nonfinite_loss:
+        marks.insert(1, "red: first non-finite loss")
+    return "Loss per step; " + "; ".join(marks) + "."
+
+
 def _heatmaps(data: ReportData) -> list[tuple[str, str, Figure]]:
     ev = data.evidence
     mark = _top_onset(data)
@@ -232,13 +241,24 @@ def render_html(data: ReportData, title: str = "NeuralDBG run report") -> str:
     if data.failures.get(data.primary):
         body.append(f"<p class=warn>{_e(data.primary)} method unavailable: "
                     f"{_e(data.failures[data.primary])}</p>")
+    for m, hyps in data.hypotheses.items():
+        if m != data.primary:
+            other = verdict(hyps, data.evidence.types)
+            same = other.failed == v.failed and (not v.failed or (
+                other.top is not None and v.top is not None
+                and other.top.failure_type == v.top.failure_type))
+            body.append(f"<p class=note>The {_e(m)} method {'agrees' if same else 'disagrees'}"
+                        f": {_e(other.sentence)} (see <i>The methods side by side</i>)</p>")
     gt = data.trace.ground_truth
     if isinstance(gt, dict) and gt.get("failure_type"):
-        body.append(f"<p class=note>Ground truth (failure-zoo run): {_e(gt['failure_type'])}, "
-                    f"{_e(gt.get('root_cause'))}, onset step {_e(gt.get('onset_step'))}.</p>")
+        facts = [str(gt["failure_type"])] + [
+            f"{label} {gt[key]}" for key, label in (("root_cause", "caused by"),
+                                                    ("onset_step", "from step"))
+            if gt.get(key) not in (None, "", "none")]
+        body.append(f"<p class=note>Ground truth (failure-zoo run): {_e(', '.join(facts))}."
+                    "</p>")
     body += ["<h2>The run</h2>", _summary_table(data),
-             _figure(_loss_fig(data), "loss curve", "Loss per step. Dashed: onset of the top "
-                     "hypothesis; red: first non-finite loss; triangle: peak.", "fig-loss"),
+             _figure(_loss_fig(data), "loss curve", _loss_caption(data), "fig-loss"),
              "<h2>Layers over time</h2><p class=note>Rows are layers in forward order, "
              "columns steps (long runs binned, worst value kept). Triangle: origin layer of "
              "the top hypothesis; dashed line: its onset step.</p>"]
