@@ -28,15 +28,7 @@ _FORMATS = ("html", "png")
 
 
 def _as_trace(trace: Trace | str | os.PathLike[str]) -> Trace:
-    if isinstance(trace, Trace):
-        return trace
-    if isinstance(trace, (str, os.PathLike)):
-        return load_trace(trace)
-    inner = getattr(trace, "trace", None)  # a NeuralDbg
-    if isinstance(inner, Trace):
-        return inner
-    raise TypeError(f"Expected a Trace, a trace directory or a NeuralDbg, got "
-                    f"{type(trace).__name__}.")
+    return trace if isinstance(trace, Trace) else load_trace(trace)
 
 
 def report_html(trace: Trace | str | os.PathLike[str], *,
@@ -56,8 +48,8 @@ def write_report(trace: Trace | str | os.PathLike[str], path: str | os.PathLike[
 
     Parameters
     ----------
-    trace : Trace, trace directory or NeuralDbg
-        The run.
+    trace : Trace or trace directory
+        The run (``dbg.report(path)`` passes a NeuralDbg's trace).
     path : str or path-like
         File to write; parent directories are created.
     format : {"html", "png"}, optional
