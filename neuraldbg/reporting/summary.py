@@ -88,8 +88,11 @@ def module_types(trace: Trace) -> dict[str, str]:
 
 
 def layer_label(name: str, types: dict[str, str]) -> str:
-    """``fc2 (Linear)``: a module name with its type, ``(model)`` for the empty name."""
+    """``fc2 (Linear)``: a module name with its type; ``layer 1 (ReLU)`` for a bare
+    ``Sequential`` index, ``(model)`` for the empty name."""
     shown = name if name else "(model)"
+    if name.replace(".", "").isdigit():
+        shown = f"layer {name}"
     kind = types.get(name)
     return f"{shown} ({kind})" if kind else shown
 

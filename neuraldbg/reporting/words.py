@@ -233,14 +233,14 @@ def _vanishing(ev: TraceEvidence, h: Hypothesis) -> str:
             "(median)")
 
 
-def _share(ev: TraceEvidence, h: Hypothesis, stat: str, what: str) -> str:
+def _share(ev: TraceEvidence, h: Hypothesis, stat: str, noun: str, state: str) -> str:
     steps, vals = ev.series(stat, h.origin_layer)
     if not len(vals):
-        return f"{what} of {ev.label(h.origin_layer)} were not measured"
+        return f"the {noun} of {ev.label(h.origin_layer)} were not measured"
     at = vals[steps >= h.origin_step]
     start = float(at[0]) if len(at) else float(vals[-1])
-    return (f"{start:.0%} of the {what} of {ev.label(h.origin_layer)} at step {h.origin_step}, "
-            f"{float(vals[-1]):.0%} at the last recorded step")
+    return (f"{start:.0%} of the {noun} of {ev.label(h.origin_layer)} were {state} at step "
+            f"{h.origin_step}, {float(vals[-1]):.0%} at the last recorded step")
 
 
 def _divergence(ev: TraceEvidence, h: Hypothesis) -> str:
@@ -259,8 +259,9 @@ def _plateau(ev: TraceEvidence, h: Hypothesis) -> str:
     steps = ev.trace.steps
     ratio = steps["update_ratio"].to_numpy(dtype=float) if "update_ratio" in steps else []
     ratio = np.asarray(ratio)[np.isfinite(ratio)] if len(ratio) else np.zeros(0)
+    said_by_cause = h.root_cause in ("learning_rate_too_high", "learning_rate_too_low")
     upd = (f"; a step changed the weights by {fmt_num(float(np.median(ratio)))} of their "
-           "norm (median update ratio)") if len(ratio) else ""
+           "norm (median update ratio)") if len(ratio) and not said_by_cause else ""
     return _loss_context(ev.summary) + upd
 
 
@@ -275,8 +276,12 @@ def _cause_fact(ev: TraceEvidence, h: Hypothesis) -> str:
     ratio = ratio[np.isfinite(ratio)]
     if not len(ratio):
         return ""
-    lr = steps["lr"].to_numpy(dtype=float)[0] if "lr" in steps else float("nan")
-    lr_txt = f"learning rate {fmt_num(lr)}: " if math.isfinite(lr) else ""
+    lrs = steps["lr"].to_numpy(dtype=float) if "lr" in steps else np.full(1, np.nan)
+    lr_txt = f"learning rate {fmt_num(lrs[0])}" if math.isfinite(lrs[0]) else ""
+    if lr_txt and np.nanmax(lrs) > 2 * lrs[0]:
+        i = int(np.nanargmax(lrs))
+        lr_txt += f" (up to {fmt_num(float(lrs[i]))} at step {int(steps['step'].iloc[i])})"
+    lr_txt += ": " if lr_txt else ""
     return (f"{lr_txt}a step changed the weights by {fmt_num(float(np.median(ratio)))} of their "
             "norm before the onset (median update ratio; about 1e-3 is usual)")
 
@@ -284,10 +289,10 @@ def _cause_fact(ev: TraceEvidence, h: Hypothesis) -> str:
 _EVIDENCE = {
     "exploding_gradients": _exploding,
     "vanishing_gradients": _vanishing,
-    "dead_neurons": lambda ev, h: _share(ev, h, "act_frac_dead",
-                                         "units dead (zero for the whole batch)"),
-    "saturated_activations": lambda ev, h: _share(ev, h, "act_frac_saturated",
-                                                  "outputs saturated"),
+    "dead_neurons": lambda ev, h: _share(ev, h, "act_frac_dead", "units",
+                                         "dead (zero for the whole batch)"),
+    "saturated_activations": lambda ev, h: _share(ev, h, "act_frac_saturated", "outputs",
+                                                  "saturated"),
     "loss_divergence": _divergence,
     "training_plateau": _plateau,
 }
