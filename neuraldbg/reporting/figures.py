@@ -129,8 +129,11 @@ def plot_health(ax: Axes, codes: np.ndarray, names: Sequence[str], steps: np.nda
     if legend:
         handles = [plt.Rectangle((0, 0), 1, 1, color=HEALTH_COLORS(i))
                    for i in range(len(STATE_NAMES))]
-        ax.legend(handles, STATE_NAMES, loc="upper center", bbox_to_anchor=(0.5, -0.16),
-                  ncol=len(STATE_NAMES), fontsize=7, frameon=False)
+        # 0.45 inch under the axes, whatever their height (below the "step" label)
+        axes_in = ax.get_position().height * ax.figure.get_figheight()
+        ax.legend(handles, STATE_NAMES, loc="upper center",
+                  bbox_to_anchor=(0.5, -0.45 / max(axes_in, 0.1)), ncol=len(STATE_NAMES),
+                  fontsize=7, frameon=False)
 
 
 def plot_heatmap(ax: Axes, values: np.ndarray, names: Sequence[str], steps: np.ndarray, *,

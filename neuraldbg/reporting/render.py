@@ -107,7 +107,7 @@ def _heatmaps(data: ReportData) -> list[tuple[str, str, Figure]]:
     if data.diagnosis is not None:
         codes, names, steps = health_matrix(data.diagnosis.states)
         fig, ax = plt.subplots(figsize=(10, rows))
-        fig.subplots_adjust(left=0.12, right=0.9, top=0.92, bottom=0.25 * 3 / rows)
+        fig.subplots_adjust(left=0.12, right=0.9, top=1 - 0.3 / rows, bottom=0.8 / rows)
         plot_health(ax, codes, names, steps, origin_layers=origin, onset=onset)
         ax.set_title("activation and gradient health per layer (State Classifier)", fontsize=9)
         figs.append(("health", "Health of every layer at every recorded step", fig))
@@ -118,7 +118,7 @@ def _heatmaps(data: ReportData) -> list[tuple[str, str, Figure]]:
         if not np.isfinite(vals).any():
             continue
         fig, ax = plt.subplots(figsize=(10, rows))
-        fig.subplots_adjust(left=0.12, right=0.98, top=0.92, bottom=0.16 * 3 / rows)
+        fig.subplots_adjust(left=0.12, right=0.98, top=1 - 0.3 / rows, bottom=0.5 / rows)
         plot_heatmap(ax, vals, ev.names, ev.steps, label=stat, origin_layers=origin,
                      onset=onset, cmap=cmap)
         ax.set_title(title, fontsize=9)
@@ -247,8 +247,9 @@ def render_html(data: ReportData, title: str = "NeuralDBG run report") -> str:
             same = other.failed == v.failed and (not v.failed or (
                 other.top is not None and v.top is not None
                 and other.top.failure_type == v.top.failure_type))
-            body.append(f"<p class=note>The {_e(m)} method {'agrees' if same else 'disagrees'}"
-                        f": {_e(other.sentence)} (see <i>The methods side by side</i>)</p>")
+            word = "agrees on the verdict" if same else "disagrees"
+            body.append(f"<p class=note>The {_e(m)} method {word}: {_e(other.sentence)} "
+                        "(see <i>The methods side by side</i>)</p>")
     gt = data.trace.ground_truth
     if isinstance(gt, dict) and gt.get("failure_type"):
         facts = [str(gt["failure_type"])] + [
