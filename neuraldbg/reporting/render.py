@@ -167,6 +167,8 @@ def _methods_section(data: ReportData) -> str:
         if why:
             parts.append("<p><b>Where they disagree, and why.</b></p>" +
                          "".join(f"<p id=disagreement>{_e(w)}</p>" for w in why))
+        elif not any(v.failed for v in verdicts.values()):
+            parts.append("<p>Both methods judge the run healthy.</p>")
         else:
             parts.append("<p>The methods agree on the verdict, the failure, its cause and "
                          "where it began.</p>")
