@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade "pip>=24"
 	$(BIN)/python -m pip install --quiet -c constraints.txt torch==2.13.0
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[dev,lightning,transformers]"
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[dev,lightning,transformers,tensorboard]"
 	touch $(STAMP)
 
 test: $(STAMP)

@@ -222,74 +222,24 @@ def plot_ac_at_k(records: pd.DataFrame, path: Path, k_max: int = 5) -> Path:
     return path
 
 
-_STATE_CODES = {"ok": 0, "vanishing": 1, "exploding": 2, "saturated": 3, "dead": 4,
-                "anomalous": 5, "non-finite": 6}
-
-
-def _health_matrix(trace: Any) -> tuple[np.ndarray, list[str], np.ndarray]:
-    """(modules x steps) health codes from the State Classifier, worst state per cell."""
-    from neuraldbg.states import classify_states
-
-    st = classify_states(trace)
-    g = st.frame("gradient").T
-    a = st.frame("activation").T
-    codes = np.zeros(g.shape, dtype=float)
-    for name, code in (("anomalous", 5), ("saturated", 3), ("vanishing", 1), ("exploding", 2),
-                       ("dead", 4)):
-        codes[(g.to_numpy() == name) | (a.to_numpy() == name)] = code
-    nf = st.measures.get("nonfinite")
-    if nf is not None:
-        codes[np.asarray(nf, dtype=bool).T] = 6
-    codes[(g.to_numpy() == "unobserved") & (a.to_numpy() == "unobserved")] = np.nan
-    return codes, list(g.index), np.asarray(st.steps)
-
-
 def plot_health_heatmaps(examples: list[tuple[str, str]], path: Path) -> Path | None:
     """Layer x step health heatmap of one run per failure family (``(title, trace dir)``).
 
-    The true origin layers and onset step are marked (white ticks, dashed line).
+    Drawn by :func:`neuraldbg.reporting.figures.plot_health_heatmaps`; the true origin
+    layers and onset step of each zoo run are marked (triangles, dashed line).
     """
-    from matplotlib.colors import ListedColormap
-
+    from neuraldbg.reporting.figures import HeatmapPanel
+    from neuraldbg.reporting.figures import plot_health_heatmaps as draw
     from neuraldbg.trace import load_trace
 
-    if not examples:
-        return None
-    cols = 3
-    rows = math.ceil(len(examples) / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 2.9 * rows), squeeze=False)
-    cmap = ListedColormap(["#d9ead3", "#6fa8dc", "#e06666", "#f6b26b", "#444444", "#b4a7d6",
-                           "#990000"])
-    for ax, (title, tdir) in zip(axes.flat, examples, strict=False):
-        trace = load_trace(tdir)
-        try:
-            codes, names, steps = _health_matrix(trace)
-        except Exception as exc:  # the classifier is another stage: show why, go on
-            ax.text(0.5, 0.5, f"no states: {exc}", ha="center", fontsize=7, wrap=True)
-            ax.set_title(title, fontsize=8)
-            continue
-        ax.imshow(codes, aspect="auto", interpolation="nearest", cmap=cmap, vmin=-0.5, vmax=6.5,
-                  extent=(steps[0] - 0.5, steps[-1] + 0.5, len(names) - 0.5, -0.5))
-        gt = trace.ground_truth or {}
-        for lay in gt.get("origin_layers") or []:
-            if lay in names and len(gt.get("origin_layers")) < len(names):
-                ax.plot(steps[0] - 0.5, names.index(lay), marker=">", color="k", ms=5,
-                        clip_on=False)
-        if gt.get("onset_step") is not None:
-            ax.axvline(gt["onset_step"], color="k", ls="--", lw=0.8)
-        step_lbl = max(1, len(names) // 12)
-        ax.set_yticks(range(0, len(names), step_lbl))
-        ax.set_yticklabels(names[::step_lbl], fontsize=5)
-        ax.set_xlabel("step", fontsize=7)
-        ax.set_title(f"{title}: {gt.get('failure_type')}", fontsize=8)
-    for ax in list(axes.flat)[len(examples):]:
-        ax.axis("off")
-    handles = [plt.Rectangle((0, 0), 1, 1, color=cmap(i)) for i in range(7)]
-    fig.legend(handles, list(_STATE_CODES), loc="lower center", ncol=7, fontsize=8)
-    fig.tight_layout(rect=(0, 0.04, 1, 1))
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    panels = []
+    for title, tdir in examples:
+        gt = load_trace(tdir).ground_truth or {}
+        label = f"{title}: {gt['failure_type']}" if gt.get("failure_type") else title
+        panels.append(HeatmapPanel(label, str(tdir), tuple(gt.get("origin_layers") or ()),
+                                   gt.get("onset_step")))
+    out = draw(panels, str(path))
+    return Path(out) if out else None
 
 
 def load_results(out: Path) -> dict[str, pd.DataFrame]:

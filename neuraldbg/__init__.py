@@ -8,6 +8,7 @@ from neuraldbg.capture import CaptureConfig
 from neuraldbg.debugger import NeuralDbg, what_if
 from neuraldbg.errors import (
     CaptureError,
+    MissingDependencyError,
     NeuralDbgError,
     NeuralDbgWarning,
     NotFittedError,
@@ -25,6 +26,7 @@ from neuraldbg.methods import (
     register_method,
 )
 from neuraldbg.records import FAILURE_TYPES, HEALTHY, ROOT_CAUSES, Event, Hypothesis
+from neuraldbg.reporting import write_report
 from neuraldbg.trace import SCHEMA_VERSION, Trace, load_trace
 
 __version__ = "0.1.0"
@@ -36,6 +38,7 @@ __all__ = [
     "get_root_causes",
     "detect_coupled_failures",
     "export_mermaid_causal_graph",
+    "write_report",
     "HeuristicReasoner",
     "register_method",
     "get_method",
@@ -54,5 +57,6 @@ __all__ = [
     "SchemaVersionError",
     "CaptureError",
     "NotFittedError",
+    "MissingDependencyError",
     "NeuralDbgWarning",
 ]

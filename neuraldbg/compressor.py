@@ -111,7 +111,7 @@ class Propagation:
                    dict(data.get("evidence", {})))
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, repr=False)
 class CoupledFailure:
     """Two failure onsets in different layers within a window, cause first.
 
@@ -130,6 +130,20 @@ class CoupledFailure:
     effect: Event
     step_gap: int
     relation: str
+
+    def __repr__(self) -> str:
+        """One line: cause event, relation, effect event and the gap between them."""
+        return (f"CoupledFailure({self.cause.kind} in {self.cause.module_name!r} at step "
+                f"{self.cause.step} -[{self.relation}, +{self.step_gap} steps]-> "
+                f"{self.effect.kind} in {self.effect.module_name!r} at step "
+                f"{self.effect.step})")
+
+    def __str__(self) -> str:
+        """The pair in words."""
+        return (f"{self.cause.kind} in {self.cause.module_name} (step {self.cause.step}) "
+                f"{self.relation.replace('_', ' ')} {self.effect.kind} in "
+                f"{self.effect.module_name} (step {self.effect.step}, {self.step_gap} steps "
+                "later)")
 
     def to_dict(self) -> dict[str, Any]:
         """Plain-dict form."""

@@ -4,6 +4,8 @@ diagnosis entry points, which read the recorded trace and never touch the hooks.
 from __future__ import annotations
 
 import dataclasses
+import os
+from pathlib import Path
 from typing import Any
 
 from neuraldbg.capture import Recorder
@@ -122,6 +124,16 @@ class NeuralDbg(Recorder):
         from neuraldbg.methods import export_mermaid_causal_graph
 
         return export_mermaid_causal_graph(self.trace)
+
+    def report(self, path: str | os.PathLike[str], **kwargs: Any) -> Path:
+        """Write the run report: a self-contained HTML page (or a PNG summary for ``.png``).
+
+        See :func:`neuraldbg.reporting.write_report` for the options; works during and after
+        the ``with`` block.
+        """
+        from neuraldbg.reporting import write_report
+
+        return write_report(self.trace, path, **kwargs)
 
     def what_if(self, **knobs: Any) -> Any:
         """Counterfactual for the recorded run, e.g. ``dbg.what_if(lr_scale=0.1)``.

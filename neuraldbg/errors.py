@@ -14,6 +14,7 @@ __all__ = [
     "CaptureError",
     "TraceLockedError",
     "NotFittedError",
+    "MissingDependencyError",
     "NeuralDbgWarning",
 ]
 
@@ -40,6 +41,10 @@ class TraceLockedError(NeuralDbgError, FileExistsError):
 
 class NotFittedError(NeuralDbgError, ValueError):
     """An estimator was used before ``fit``."""
+
+
+class MissingDependencyError(NeuralDbgError, ImportError):
+    """An optional feature was used without its extra installed (the message names it)."""
 
 
 class NeuralDbgWarning(UserWarning):

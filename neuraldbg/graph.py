@@ -1,12 +1,23 @@
 """The causal graph of a diagnosis: a ``networkx.DiGraph`` and its Mermaid flowchart text.
 
+The graph is a DAG, and an edge ``u -> v`` always means "u came first and led to v":
+
+- ``cause -> failure`` (``causes``): a root cause produced a failure;
+- ``failure -> layer`` (``originates_in``): the failure began in that layer, at its onset;
+- ``layer -> layer`` (``propagates``): the failure reached the next layer later (or in the
+  same step), in the order it travelled (forward for activations, backward for gradients);
+- ``failure -> failure`` (``explains``): one failure accounts for another;
+- ``layer -> layer`` with a mechanism (``blocks_gradient``, ``destabilises``, ``amplifies``):
+  the origin of one failure set off another failure where that one began (coupled failures).
+
 Nodes are root causes, failures (one per failure type, at its origin layer and step) and
-layers (origins and the layers a failure passed through). Edges carry a ``relation``
-(``causes``, ``originates_in``, ``propagates``, ``explains``, or the mechanism of a coupled
-failure leaving an origin layer, such as ``blocks_gradient``) and a ``step_gap``. A
-``DiGraph`` holds one edge per ordered pair, so the graph and its Mermaid text are
-deduplicated by construction: a second relation between the same two nodes is merged into
-the first edge's label, and an edge opposite to an existing one is dropped (no 2-cycles).
+*layer events*: a layer in the state one failure put it in (id ``layer:<failure>:<name>``).
+A layer reached by two failures is two nodes, since "dead at step 31" and "exploding
+gradient at step 35" are different events; drawing both on one node made cycles
+(activation failures travel forward, gradient failures backward). An edge that would
+close a cycle is not added (the first one wins), so the graph is acyclic by construction.
+Edges carry a ``relation`` and a ``step_gap``; a second relation between the same two
+nodes is merged into the first edge's label.
 
 Mermaid node ids are generated (``n0``, ``n1``, ...), never derived from module names, so any
 name is safe; labels are quoted with Mermaid's entity codes for ``"``, ``#``, ``<``, ``>``,
@@ -22,7 +33,7 @@ import networkx as nx
 from neuraldbg.compressor import CoupledFailure
 from neuraldbg.records import Hypothesis
 
-__all__ = ["build_causal_graph", "to_mermaid", "escape_label"]
+__all__ = ["build_causal_graph", "to_mermaid", "escape_label", "layer_node"]
 
 _MAX_PATH_NODES = 8
 _MIN_CONFIDENCE = 0.1
@@ -37,9 +48,14 @@ def escape_label(text: str) -> str:
     return out.replace("\n", " ")
 
 
+def layer_node(failure_type: str, module_name: str) -> str:
+    """Node id of the event "``module_name`` in the state ``failure_type`` put it in"."""
+    return f"layer:{failure_type}:{module_name}"
+
+
 def _add_edge(g: nx.DiGraph, u: str, v: str, relation: str, gap: int | None) -> None:
-    if u == v or g.has_edge(v, u):  # no self-loops, no 2-cycles: the first direction wins
-        return
+    if u == v or (not g.has_edge(u, v) and nx.has_path(g, v, u)):
+        return  # no self-loops, no cycles: the first direction wins
     if g.has_edge(u, v):
         data = g.edges[u, v]
         if relation not in data["relations"]:
@@ -68,9 +84,10 @@ def build_causal_graph(hypotheses: Sequence[Hypothesis],
     Returns
     -------
     networkx.DiGraph
-        Node attributes ``kind`` (``cause``, ``failure``, ``layer``), ``label`` and, for
-        failures, ``confidence``, ``origin_layer``, ``origin_step``. Edge attributes
-        ``relation`` and ``step_gap``.
+        Acyclic. Node attributes ``kind`` (``cause``, ``failure``, ``layer``), ``label``;
+        for failures ``confidence``, ``origin_layer``, ``origin_step``; for layer events
+        ``module_name``, ``failure_type``, ``step``. Edge attributes ``relation`` and
+        ``step_gap`` (see the module docstring for what an edge means).
     """
     g = nx.DiGraph()
     best: dict[str, Hypothesis] = {}
@@ -95,15 +112,19 @@ def build_causal_graph(hypotheses: Sequence[Hypothesis],
             _add_edge(g, c, f, "causes", None)
     for ftype, h in best.items():
         f = f"failure:{ftype}"
-        origin = f"layer:{h.origin_layer}"
-        g.add_node(origin, kind="layer", label=f"layer {h.origin_layer or '(model)'}")
+        origin = layer_node(ftype, h.origin_layer)
+        g.add_node(origin, kind="layer", module_name=h.origin_layer, failure_type=ftype,
+                   step=int(h.origin_step),
+                   label=f"layer {h.origin_layer or '(model)'} (step {h.origin_step})")
         _add_edge(g, f, origin, "originates_in", 0)
         prop = h.metadata.get("propagation") or {}
         prev, prev_step = origin, h.origin_step
         path = list(zip(prop.get("path", []), prop.get("path_steps", []), strict=False))
         for name, step in path[:_MAX_PATH_NODES]:
-            node = f"layer:{name}"
-            g.add_node(node, kind="layer", label=f"layer {name}")
+            node = layer_node(ftype, name)
+            if node not in g:
+                g.add_node(node, kind="layer", module_name=name, failure_type=ftype,
+                           step=int(step), label=f"layer {name} (step {int(step)})")
             _add_edge(g, prev, node, "propagates", int(step) - int(prev_step))
             prev, prev_step = node, step
         for other, _p in (h.metadata.get("explained_by") or {}).items():
@@ -112,11 +133,16 @@ def build_causal_graph(hypotheses: Sequence[Hypothesis],
                           int(h.origin_step) - int(best[other].origin_step))
     # Coupled failures with a named mechanism, from an origin layer to a layer in the graph
     # (same-kind spread is already drawn as the propagation path; no 2-cycles).
-    origins = {f"layer:{h.origin_layer}" for h in best.values()}
+    # A mechanism edge joins two origins: the origin of one failure set off another
+    # failure where that one began (edges into every layer it passed were clutter).
+    origins = {h.origin_layer: ftype for ftype, h in best.items()}
     for pair in coupled:
-        u, v = f"layer:{pair.cause.module_name}", f"layer:{pair.effect.module_name}"
-        if u in origins and v in g and pair.relation not in ("propagates", "co_occurs"):
-            _add_edge(g, u, v, pair.relation, pair.step_gap)
+        cause, effect = pair.cause.module_name, pair.effect.module_name
+        if pair.relation in ("propagates", "co_occurs") or cause not in origins:
+            continue
+        if effect in origins and origins[effect] != origins[cause]:
+            _add_edge(g, layer_node(origins[cause], cause),
+                      layer_node(origins[effect], effect), pair.relation, pair.step_gap)
     return g
 
 

@@ -85,7 +85,15 @@ def retract_vocabulary(name: str) -> None:
     _EXTRA_ROOT_CAUSES.pop(name, None)
 
 
-@dataclass(frozen=True, slots=True)
+def _keys(data: dict[str, Any], limit: int = 4) -> str:
+    """``{a, b, c, +2 more}``: a dict named by its keys, for one-line reprs."""
+    names = list(data)
+    shown = ", ".join(str(k) for k in names[:limit])
+    more = f", +{len(names) - limit} more" if len(names) > limit else ""
+    return "{" + shown + more + "}"
+
+
+@dataclass(frozen=True, slots=True, repr=False)
 class Event:
     """A semantic event: a layer (or the loss) changed health state at a step.
 
@@ -112,6 +120,11 @@ class Event:
     to_state: str
     evidence: dict[str, Any] = field(default_factory=dict)
 
+    def __repr__(self) -> str:
+        """One line: kind, module, step and transition (the evidence is summarised)."""
+        return (f"Event({self.kind} in {self.module_name!r} at step {self.step}: "
+                f"{self.from_state} -> {self.to_state}, evidence: {_keys(self.evidence)})")
+
     def to_dict(self) -> dict[str, Any]:
         """Plain-dict form (JSON-compatible when the evidence is)."""
         return asdict(self)
@@ -122,7 +135,7 @@ class Event:
         return cls(**data)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, repr=False)
 class Hypothesis:
     """One explanation of a failure (the contract's ``Hypothesis``).
 
@@ -148,6 +161,20 @@ class Hypothesis:
     origin_step: int
     confidence: float
     metadata: dict[str, Any] = field(default_factory=dict)
+
+    def __repr__(self) -> str:
+        """One line: the claim and its confidence; the metadata only by its keys."""
+        return (f"Hypothesis({self.failure_type}, cause={self.root_cause}, "
+                f"origin={self.origin_layer!r} at step {self.origin_step}, "
+                f"confidence={self.confidence:.3f}, metadata: {_keys(self.metadata)})")
+
+    def __str__(self) -> str:
+        """The claim in words, e.g. ``dead_neurons caused by negative_bias_init, from layer
+        '1' at step 3 (confidence 0.91)``."""
+        cause = ("cause unknown" if self.root_cause == "unknown"
+                 else f"caused by {self.root_cause}")
+        return (f"{self.failure_type} {cause}, from layer {self.origin_layer!r} at step "
+                f"{self.origin_step} (confidence {self.confidence:.2f})")
 
     def to_dict(self) -> dict[str, Any]:
         """Plain-dict form (JSON-compatible when the metadata is)."""

@@ -1,22 +1,28 @@
-"""The neuraldbg command on a real recorded run."""
+"""The neuraldbg command on real recorded runs: what it says, and how it fails on bad input."""
 
 from __future__ import annotations
 
 import json
+import os
+import re
+import subprocess
+import sys
 
+import pytest
 import torch
 from torch import nn
+from zoo_runs import zoo_trace
 
 import neuraldbg as ndb
 from neuraldbg.cli import main
 
 
-def _record(path) -> None:
+def _record(path, steps: int = 20) -> None:
     model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     x = torch.randn(32, 4)
     with ndb.NeuralDbg(model, optimizer=opt, out=path, config={"lr": 0.05}) as dbg:
-        for _ in range(20):
+        for _ in range(steps):
             opt.zero_grad()
             loss = (model(x) - x[:, :1]).pow(2).mean()
             loss.backward()
@@ -24,19 +30,134 @@ def _record(path) -> None:
             dbg.step(loss)
 
 
-def test_show_explain_graph(tmp_path, capsys):
-    _record(tmp_path / "run")
-    assert main(["show", str(tmp_path / "run")]) == 0
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("runs")
+    _record(root / "healthy")
+    _record(root / "zero", steps=0)
+    zoo_trace("lr_too_high").save(root / "failing")
+    (root / "not_a_trace").mkdir()
+    (root / "not_a_trace" / "meta.json").write_text('{"format": "something-else"}')
+    return root
+
+
+def test_show_says_peak_first_nonfinite_and_layer_types(runs, capsys):
+    assert main(["show", str(runs / "failing")]) == 0
     out = capsys.readouterr().out
-    assert "complete" in out and "20" in out
-    assert main(["explain", "--json", str(tmp_path / "run")]) == 0
-    hyps = json.loads(capsys.readouterr().out)
-    assert isinstance(hyps, list)
-    assert all({"failure_type", "root_cause", "confidence"} <= set(h) for h in hyps)
-    assert main(["graph", str(tmp_path / "run")]) == 0
-    assert capsys.readouterr().out.startswith(("flowchart", "graph"))
+    steps = zoo_trace("lr_too_high").steps
+    finite = steps[steps["loss"].map(lambda v: v == v and abs(v) != float("inf"))]
+    peak_step = int(finite.loc[finite["loss"].idxmax(), "step"])
+    assert f"at step {peak_step}" in out and "peak loss" in out
+    first_bad = int(steps.loc[~steps["loss"].isin(finite["loss"]), "step"].min())
+    assert f"loss non-finite from step {first_bad}" in out or f"at step {first_bad}" in out
+    assert re.search(r"\n  conv1 +Conv2d\n", out) and re.search(r"\n  out +Linear\n", out)
+    assert main(["show", "--json", str(runs / "failing")]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["loss_peak_step"] == peak_step and data["first_nonfinite"]["step"] <= first_bad
 
 
-def test_missing_trace_is_a_clear_error(tmp_path, capsys):
-    assert main(["explain", str(tmp_path / "nope")]) == 2
-    assert "does not exist" in capsys.readouterr().out
+def test_explain_gives_the_verdict_first_then_a_handful_of_hypotheses(runs, capsys):
+    assert main(["explain", str(runs / "failing")]) == 0
+    out = capsys.readouterr().out.splitlines()
+    top = ndb.explain(zoo_trace("lr_too_high"))[0]
+    assert out[0].startswith("The run failed: exploding gradients began in conv1 (Conv2d)")
+    numbered = [line for line in out if re.match(r"\d+\. ", line)]
+    assert 1 <= len(numbered) <= 5
+    assert f"step {top.origin_step}" in numbered[0] and "(Conv2d)" in numbered[0]
+    assert "grew 10^" in out[out.index(numbered[0]) + 1]  # the reason, in words
+    assert main(["explain", "--all", str(runs / "failing")]) == 0
+    everything = capsys.readouterr().out
+    assert len(re.findall(r"(?m)^\d+\. ", everything)) == len(
+        ndb.explain(zoo_trace("lr_too_high")))
+    assert main(["explain", str(runs / "healthy")]) == 0
+    assert capsys.readouterr().out.startswith("The run looks healthy")
+
+
+def test_explain_json_is_parseable_and_matches_the_api(runs, capsys):
+    assert main(["explain", "--json", str(runs / "failing")]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["failed"] is True
+    assert data["hypotheses"][0]["failure_type"] == "exploding_gradients"
+    assert len(data["hypotheses"]) == len(ndb.explain(runs / "failing"))
+
+
+def test_what_if_prints_one_consistent_answer(runs, capsys):
+    for knob in (["--lr-scale", "0.1"], ["--lr-scale", "10"], ["--normalization", "batch"]):
+        assert main(["what-if", "--json", *knob, str(runs / "failing")]) == 0
+        data = json.loads(capsys.readouterr().out)
+        after, outcome = data["p_failure"], data["most_likely_outcome"]
+        meaning = data["meaning"]
+        if after < 0.5:
+            assert "most likely have trained healthily" in meaning
+        elif outcome == "healthy":  # failure mass split: the sentence must say so
+            assert "no single failure dominates" in meaning
+        else:
+            assert "still fail" in meaning
+        assert f"{data['p_failure_factual']:.0%}" in meaning and f"{after:.0%}" in meaning
+    assert main(["what-if", "--lr-scale", "0.1", str(runs / "failing")]) == 0
+    text = capsys.readouterr().out
+    assert "P(failure)" in text and "->" in text
+
+
+def test_help_lists_the_knobs_and_their_values(capsys):
+    with pytest.raises(SystemExit) as done:
+        main(["what-if", "--help"])
+    assert done.value.code == 0
+    out = capsys.readouterr().out
+    for text in ("--lr-scale", "--grad-clip", "leaky_relu", "batch,layer,none",
+                 "learning rate multiplied"):
+        assert text in out
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    assert "Argument parsing only" not in capsys.readouterr().out
+
+
+BAD = {
+    "activation": (["what-if", "--activation", "foo", "{failing}"], "invalid choice: 'foo'"),
+    "method": (["explain", "--method", "bayes", "{failing}"], "Unknown diagnosis method"),
+    "zero_steps": (["explain", "{zero}"], "holds no recorded step"),
+    "zero_steps_report": (["report", "{zero}"], "holds no recorded step"),
+    "negative_lr": (["what-if", "--lr-scale", "-1", "{failing}"], "positive finite"),
+    "nan_clip": (["what-if", "--grad-clip", "nan", "{failing}"], "positive finite"),
+    "no_knob": (["what-if", "{failing}"], "at least one knob"),
+    "missing_dir": (["show", "{root}/nope"], "No trace directory"),
+    "not_a_trace": (["explain", "{not_a_trace}"], "does not describe a NeuralDBG trace"),
+    "unknown_command": (["frobnicate", "{failing}"], "invalid choice"),
+    "no_run": (["show"], "required: RUN"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_bad_input_is_one_line_on_stderr_and_exit_2(runs, capsys, case):
+    argv, message = BAD[case]
+    paths = {"failing": runs / "failing", "zero": runs / "zero", "root": runs,
+             "not_a_trace": runs / "not_a_trace"}
+    assert main([a.format(**paths) for a in argv]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert len(err.strip().splitlines()) == 1, err
+    assert err.startswith("neuraldbg: error: ") and message in err
+    assert "Traceback" not in err
+
+
+def _cli(*args: str, **kw) -> subprocess.CompletedProcess:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, "-m", "neuraldbg.cli", *args], capture_output=True,
+                          text=True, env=env, timeout=120, **kw)
+
+
+def test_the_real_command_fails_in_one_line_and_pipes_into_head_quietly(runs):
+    done = _cli("what-if", "--lr-scale", "-1", str(runs / "failing"))
+    assert done.returncode == 2 and done.stdout == ""
+    assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
+    piped = subprocess.run(
+        f"{sys.executable} -m neuraldbg.cli explain --all {runs / 'failing'} | head -n 1",
+        shell=True, capture_output=True, text=True, timeout=120,
+        env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert piped.stdout.startswith("The run failed")
+    assert piped.stderr == "", piped.stderr  # no BrokenPipeError, no traceback
+
+
+def test_graph_prints_mermaid(runs, capsys):
+    assert main(["graph", str(runs / "failing")]) == 0
+    assert capsys.readouterr().out.startswith("flowchart TD")

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import re
 
+import networkx as nx
 import pytest
 
-from neuraldbg.graph import build_causal_graph, escape_label, to_mermaid
+import neuraldbg as ndb
+from neuraldbg.graph import build_causal_graph, escape_label, layer_node, to_mermaid
+from neuraldbg.methods import causal_graph
 from neuraldbg.records import Hypothesis
+from zoo_runs import zoo_families, zoo_trace
 
 _WEIRD = 'enc.layers.0["attn"]|<x> #1 & "q"'
 
@@ -55,18 +59,46 @@ def test_mermaid_is_valid_flowchart_with_safe_ids_and_no_duplicate_edges():
     assert "training_plateau" not in text
     assert graph.edges["failure:dead_neurons", "failure:vanishing_gradients"]["relation"] == (
         "explains")
-    assert graph.edges["layer:b", "layer:c"]["step_gap"] == 2
+    assert graph.edges[layer_node("dead_neurons", "b"),
+                       layer_node("dead_neurons", "c")]["step_gap"] == 2
     assert graph.has_edge("cause:learning_rate_too_high", "failure:dead_neurons")
 
 
-def test_graph_merges_relations_and_never_adds_a_two_cycle():
-    hyps = [_hyp("dead_neurons", "negative_bias_init", "a", 0, 0.9, path=["b"], path_steps=[1]),
-            _hyp("exploding_gradients", "unknown", "b", 2, 0.8, path=["a"], path_steps=[3])]
+def test_two_failures_travelling_opposite_ways_stay_acyclic():
+    # dead units travel forward a -> b, the gradient explosion backward b -> a: on shared
+    # layer nodes this was a cycle; as layer events both chains are kept and the graph is a DAG
+    hyps = [_hyp("dead_neurons", "negative_bias_init", "a", 0, 0.9, path=["b"], path_steps=[1],
+                 explained_by={"exploding_gradients": 0.8}),
+            _hyp("exploding_gradients", "unknown", "b", 2, 0.8, path=["a"], path_steps=[3],
+                 explained_by={"dead_neurons": 0.9})]
     graph = build_causal_graph(hyps)
-    assert graph.has_edge("layer:a", "layer:b") and not graph.has_edge("layer:b", "layer:a")
+    assert nx.is_directed_acyclic_graph(graph)
+    assert graph.has_edge(layer_node("dead_neurons", "a"), layer_node("dead_neurons", "b"))
+    assert graph.has_edge(layer_node("exploding_gradients", "b"),
+                          layer_node("exploding_gradients", "a"))
+    # the two failures explain each other in the metadata: only the first direction is drawn
+    assert graph.has_edge("failure:exploding_gradients", "failure:dead_neurons")
+    assert not graph.has_edge("failure:dead_neurons", "failure:exploding_gradients")
 
 
 def test_mermaid_direction_is_validated():
     with pytest.raises(ValueError, match="direction"):
         to_mermaid(build_causal_graph([]), direction="XY")
     assert to_mermaid(build_causal_graph([])) == "flowchart TD\n"
+
+
+@pytest.mark.parametrize("family", zoo_families())
+def test_causal_graph_of_every_zoo_run_is_a_dag(family):
+    trace = zoo_trace(family)
+    graph = causal_graph(trace)
+    assert nx.is_directed_acyclic_graph(graph), list(nx.simple_cycles(graph))[:3]
+    hyps = [h for h in ndb.explain(trace) if h.confidence >= 0.1]
+    # every failure the diagnosis names is in the graph, with the layer where it began
+    for h in hyps:
+        assert f"failure:{h.failure_type}" in graph
+    for node, data in graph.nodes(data=True):
+        if data["kind"] == "failure":
+            assert graph.has_edge(node, layer_node(node.split(":", 1)[1], data["origin_layer"]))
+    # the Mermaid text draws exactly these edges
+    text = ndb.export_mermaid_causal_graph(trace)
+    assert sum("-->" in line for line in text.splitlines()) == graph.number_of_edges()

@@ -1,0 +1,178 @@
+"""What happened in a run, read from its trace alone: loss landmarks, first non-finite value,
+the layers and their types. No diagnosis here; the CLI's ``show`` and the report print it."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from neuraldbg.states import wide_stats
+from neuraldbg.trace import Trace
+
+__all__ = ["NonFinite", "RunSummary", "summarize_run", "module_types", "layer_label"]
+
+
+@dataclass(frozen=True, slots=True)
+class NonFinite:
+    """The first non-finite value of a run.
+
+    Attributes
+    ----------
+    step : int
+        Step where it appeared.
+    where : str
+        ``"loss"``, ``"global gradient norm"``, or ``"output of <module>"`` /
+        ``"gradient of <module>"``.
+    value : str
+        ``"nan"``, ``"inf"`` or ``"-inf"`` (for module statistics, ``"nan"``/``"inf"`` counts).
+    """
+
+    step: int
+    where: str
+    value: str
+
+
+@dataclass(frozen=True, slots=True)
+class RunSummary:
+    """Landmarks of a recorded run (see :func:`summarize_run`).
+
+    Attributes
+    ----------
+    n_steps, n_recorded, n_modules : int
+        Steps, steps with per-module statistics, monitored modules.
+    status : str
+        ``complete``, ``failed``, ``running`` ... as the capture wrote it.
+    loss_first, loss_last : float or None
+        First and last finite loss.
+    loss_peak, loss_peak_step : float or None, int or None
+        Largest finite loss and its step.
+    loss_min, loss_min_step : float or None, int or None
+        Smallest finite loss and its step.
+    first_nonfinite : NonFinite or None
+        The earliest non-finite value anywhere (loss, gradient norm, module output or
+        gradient); module statistics win a tie with the loss, since they show where it began.
+    first_nonfinite_loss : NonFinite or None
+        The first non-finite loss.
+    layers : tuple of (str, str)
+        ``(module_name, module_type)`` in forward order.
+    config : dict
+        The run config stored with the trace.
+    """
+
+    n_steps: int
+    n_recorded: int
+    n_modules: int
+    status: str
+    loss_first: float | None
+    loss_last: float | None
+    loss_peak: float | None
+    loss_peak_step: int | None
+    loss_min: float | None
+    loss_min_step: int | None
+    first_nonfinite: NonFinite | None
+    first_nonfinite_loss: NonFinite | None
+    layers: tuple[tuple[str, str], ...]
+    config: dict[str, Any] = field(default_factory=dict)
+
+
+def module_types(trace: Trace) -> dict[str, str]:
+    """``module_name -> module_type`` of the trace's module table."""
+    mods = trace.modules
+    if len(mods) == 0 or "module_type" not in mods:
+        return {}
+    return dict(zip(mods["module_name"].astype(str), mods["module_type"].astype(str),
+                    strict=False))
+
+
+def layer_label(name: str, types: dict[str, str]) -> str:
+    """``fc2 (Linear)``: a module name with its type; ``layer 1 (ReLU)`` for a bare
+    ``Sequential`` index, ``(model)`` for the empty name."""
+    shown = name if name else "(model)"
+    if name.replace(".", "").isdigit():
+        shown = f"layer {name}"
+    kind = types.get(name)
+    return f"{shown} ({kind})" if kind else shown
+
+
+def _value_name(v: float) -> str:
+    return "nan" if math.isnan(v) else ("inf" if v > 0 else "-inf")
+
+
+def _first_module_nonfinite(trace: Trace) -> NonFinite | None:
+    if len(trace.stats) == 0:
+        return None
+    steps, names, t = wide_stats(trace, ("act_nan", "act_inf", "out_grad_norm"))
+    out_bad = (np.nan_to_num(t["act_nan"]) > 0) | (np.nan_to_num(t["act_inf"]) > 0)
+    grad = t["out_grad_norm"]
+    grad_bad = np.isinf(grad)  # NaN there also means "not measured"
+    best: NonFinite | None = None
+    for mask, what in ((out_bad, "output"), (grad_bad, "gradient")):
+        rows = np.flatnonzero(mask.any(axis=1))
+        if not len(rows):
+            continue
+        r = int(rows[0])
+        c = int(np.flatnonzero(mask[r])[0])
+        if what == "output":
+            value = "nan" if np.nan_to_num(t["act_nan"][r, c]) > 0 else "inf"
+        else:
+            value = "inf"
+        cand = NonFinite(int(steps[r]), f"{what} of {names[c]}", value)
+        if best is None or cand.step < best.step:
+            best = cand
+    return best
+
+
+def summarize_run(trace: Trace) -> RunSummary:
+    """Landmarks of a run from its trace (no diagnosis).
+
+    Parameters
+    ----------
+    trace : Trace
+
+    Returns
+    -------
+    RunSummary
+    """
+    steps = trace.steps
+    loss = steps["loss"].to_numpy(dtype=float) if len(steps) else np.zeros(0)
+    step_ids = steps["step"].to_numpy(dtype=np.int64) if len(steps) else np.zeros(0, np.int64)
+    finite = np.isfinite(loss)
+    first = last = peak = low = None
+    peak_step = low_step = None
+    if finite.any():
+        idx = np.flatnonzero(finite)
+        first, last = float(loss[idx[0]]), float(loss[idx[-1]])
+        i_peak = idx[int(np.argmax(loss[idx]))]
+        i_low = idx[int(np.argmin(loss[idx]))]
+        peak, peak_step = float(loss[i_peak]), int(step_ids[i_peak])
+        low, low_step = float(loss[i_low]), int(step_ids[i_low])
+    bad_loss = None
+    complete = (steps["complete"].to_numpy(dtype=bool) if "complete" in steps
+                else np.ones(len(loss), bool))
+    nonfinite_rows = np.flatnonzero(~finite & complete)
+    if len(nonfinite_rows):
+        r = int(nonfinite_rows[0])
+        bad_loss = NonFinite(int(step_ids[r]), "loss", _value_name(float(loss[r])))
+    candidates = [c for c in (bad_loss, _first_module_nonfinite(trace)) if c is not None]
+    if len(steps) and "grad_norm" in steps:
+        g = steps["grad_norm"].to_numpy(dtype=float)
+        rows = np.flatnonzero(np.isinf(g) | (np.isnan(g) & complete & ~np.isnan(loss)))
+        if len(rows):
+            r = int(rows[0])
+            candidates.append(NonFinite(int(step_ids[r]), "global gradient norm",
+                                        _value_name(float(g[r]))))
+    order = {"output": 0, "gradient": 1, "global": 2, "loss": 3}
+    first_bad = min(candidates, key=lambda c: (c.step, order.get(c.where.split()[0], 4)),
+                    default=None)
+    types = module_types(trace)
+    layers = tuple((name, types.get(name, "?")) for name in trace.module_names)
+    n_rec = int(steps["recorded"].sum()) if len(steps) and "recorded" in steps else 0
+    return RunSummary(
+        n_steps=int(len(steps)), n_recorded=n_rec, n_modules=int(len(trace.modules)),
+        status=str(trace.meta.get("status", "unknown")), loss_first=first, loss_last=last,
+        loss_peak=peak, loss_peak_step=peak_step, loss_min=low, loss_min_step=low_step,
+        first_nonfinite=first_bad, first_nonfinite_loss=bad_loss, layers=layers,
+        config=dict(trace.meta.get("config") or {}))
