@@ -68,11 +68,14 @@ def fmt(m: dict[str, float] | None, digits: int = 2) -> str:
         return "-"
     if m.get("interval") == "none":
         return f"{m['value']:.0f}"
-    v = f"{m['value']:.{digits}f}"
+    def num(x: float) -> str:
+        return f"{round(x, digits) + 0.0:.{digits}f}"  # round, then + 0.0: never "-0.00"
+
+    v = num(m["value"])
     lo, hi = m.get("low"), m.get("high")
     if lo is None or hi is None or math.isnan(lo) or math.isnan(hi):
         return v
-    return f"{v} [{lo:.{digits}f}, {hi:.{digits}f}]"
+    return f"{v} [{num(lo)}, {num(hi)}]"
 
 
 def _clean(obj: Any) -> Any:

@@ -86,16 +86,19 @@ def _findings(metrics: dict[str, Any]) -> list[str]:
                 f"better in {len(wins)} of {len(wins) + len(losses)} pairings; in "
                 f"{len(sep_wins)} of them the 95% intervals are disjoint.")
         if losses:
-            by_metric: dict[str, list[str]] = {}
+            worst: dict[tuple[str, str], str] = {}  # (metric, ours) -> the best peer above it
             for key, o, p in losses:
-                by_metric.setdefault(NAMES[key], []).append(
-                    f"`{o}` below `{p}` ({_fmt_pair(methods, o, p, key)})")
-            text += (f" It scores worse in {len(losses)} pairings ("
-                     + "; ".join(f"{k}: {', '.join(v)}" for k, v in by_metric.items()) + ")")
-            text += (f", of which {len(sep_losses)} with disjoint intervals"
-                     + (": " + ", ".join(f"{NAMES[k]} (`{o}` vs `{p}`)"
-                                          for k, o, p in sep_losses) if sep_losses else "")
-                     + "; the others are within the noise of this sample.")
+                best = worst.get((key, o))
+                if best is None or _better(HIGHER_IS_BETTER[key], _v(methods[p], key),
+                                           _v(methods[best], key)):
+                    worst[(key, o)] = p
+            text += (f" It scores worse in {len(losses)} pairings, against these best peers: "
+                     + "; ".join(f"{NAMES[k]}, `{o}` {_fmt_pair(methods, o, p, k)} `{p}`"
+                                 for (k, o), p in worst.items()))
+            text += (f". Of these, {len(sep_losses)} have disjoint intervals"
+                     + (" (" + ", ".join(f"{NAMES[k]}: `{o}` vs `{p}`"
+                                         for k, o, p in sep_losses) + ")" if sep_losses else "")
+                     + "; the rest are within the noise of this sample.")
         out.append(text)
     cw = {m: methods[m].get("confident_wrong") for m in methods if methods[m].get(
         "confident_wrong")}
@@ -111,7 +114,7 @@ def _findings(metrics: dict[str, Any]) -> list[str]:
     if sharp:
         out.append("- **Sharpness beside calibration.** Distinct top-1 confidence values: "
                    + ", ".join(f"`{m}` {int(v)}" for m, v in sharp.items() if v is not None)
-                   + (f". {', '.join(f'`{m}`' for m in flat)} give(s) at most two values, so "
+                   + (f". {', '.join(f'`{m}`' for m in flat)} give at most two values, so "
                       "their ECE says little: a constant answer can be calibrated and useless."
                       if flat else "."))
     mc = metrics.get("mcnemar", {})
@@ -121,7 +124,8 @@ def _findings(metrics: dict[str, Any]) -> list[str]:
             verdict = ("significant" if r["pvalue"] < 0.05 else "not significant")
             if r["a_only"] == r["b_only"] == 0:
                 verdict = "right on the same runs"
-            parts.append(f"{name.split(': ')[-1]} vs `{name.split(' vs ')[1].split(':')[0]}`: "
+            pair, metric = name.split(": ", 1)
+            parts.append(f"{NAMES.get(metric, metric)}, `{pair.split(' vs ')[1]}`: "
                          f"{r['a_only']} runs only the heuristic gets right, {r['b_only']} only "
                          f"the probabilistic model (p = {r['pvalue']:.3g}, {verdict})")
         out.append("- **Heuristic vs probabilistic, run by run (McNemar, exact).** "
@@ -139,10 +143,10 @@ def _findings(metrics: dict[str, Any]) -> list[str]:
                 f"`{k}` {R.fmt(v['balanced_accuracy'])}" for k, v in base_cf.items()))
             best_base = max(_v(v, "balanced_accuracy") for v in base_cf.values())
             beat = [k for k, v in ours_cf.items() if _v(v, "balanced_accuracy") > best_base]
-            text += (". " + (f"{', '.join(f'`{k}`' for k in beat)} beat(s) the best baseline "
+            text += (". " + (f"{', '.join(f'`{k}`' for k in beat)} beat the best baseline "
                              "on the point estimate" if beat else
                              "No `what_if` split beats the best baseline")
-                     + " (intervals resample families).")
+                     + " (intervals resample families)")
         out.append(text + ".")
     missing = metrics.get("notes", {}).get("methods_missing", {})
     for name, why in missing.items():

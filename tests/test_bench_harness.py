@@ -241,3 +241,19 @@ def test_suggested_fixes() -> None:
     # a causal model picks, among its causes' fixes, the one its what_if likes best
     fix, p = harness._best_fix_by_what_if(_WhatIf(), None, hyps)
     assert fix == {"init_scale": 0.1} and p == 0.2
+
+
+def test_progress_prints_lines_when_output_is_not_a_terminal(capsys) -> None:  # noqa: ANN001
+    LocalExecutor(1, progress=True).map([(json.dumps, {"obj": i}) for i in range(20)],
+                                        description="zoo runs")
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0] == "zoo runs: 20 tasks"
+    assert lines[-1].startswith("zoo runs: 20/20 done")
+    assert 3 <= len(lines) <= 12  # every 10% of the tasks, not one line per task
+
+
+def test_address_needs_the_ray_backend() -> None:
+    from benchmarks.executor import make_executor
+
+    with pytest.raises(ValueError, match="needs backend='ray'"):
+        make_executor("local", address="auto")
