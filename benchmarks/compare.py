@@ -137,7 +137,7 @@ def compute_metrics(result: Any, *, seed: int = 0) -> dict[str, Any]:
                 first.assign(p_failure=1.0), n_resamples=n, seed=seed)
     labels = sorted(ok["label"].unique())
     pairs = [(a, b) for a in labels for b in labels
-             if a == "heuristic" and b.startswith("probabilistic[")]
+             if a == "heuristic" and b.startswith("probabilistic[") and "/" not in b]
     for a, b in pairs:
         for metric, col in (("failure_accuracy", "failure_correct"), ("cause_ac@1", "cause_hit")):
             ga = ok[ok["label"] == a].set_index("run")

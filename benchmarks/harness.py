@@ -390,13 +390,17 @@ def run_benchmark(suite: Suite, out: str | Path, *, executor: Executor | None = 
         for split, col in (("family", "family"), ("architecture", "architecture")):
             if split not in suite.splits:
                 continue
-            for value in sorted(score[col].dropna().unique()):
-                te = score[score[col] == value]["path"].tolist()
-                folds.append({"split": split, "fold": str(value),
-                              "fit_params": dict(suite.fit_params),
-                              "fit_paths": fit[fit[col] != value]["path"].tolist(),
-                              "score_paths": te,
-                              "cases": {p: cf_cases.get(p, []) for p in te}})
+            variants = [(split, dict(suite.fit_params))]
+            if split == "family":  # ablations: the same folds, other estimator parameters
+                variants += [(f"family/{name}", {**dict(suite.fit_params), **dict(params)})
+                             for name, params in suite.ablations]
+            for label, params in variants:
+                for value in sorted(score[col].dropna().unique()):
+                    te = score[score[col] == value]["path"].tolist()
+                    folds.append({"split": label, "fold": str(value), "fit_params": params,
+                                  "fit_paths": fit[fit[col] != value]["path"].tolist(),
+                                  "score_paths": te,
+                                  "cases": {p: cf_cases.get(p, []) for p in te}})
     # folds first (the longest tasks), spread over the workers; then the rest
     n_chunks = max(1, min(len(folds), executor.workers))
     tasks: list[tuple[Any, dict[str, Any]]] = [

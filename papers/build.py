@@ -63,7 +63,7 @@ def _findings(metrics: dict[str, Any]) -> list[str]:
     """Findings decided from the numbers: one paragraph per question, not one line per pair."""
     methods = metrics.get("methods", {})
     ours = [m for m in NEURALDBG if m in methods]
-    peers = [m for m in methods if m not in NEURALDBG]
+    peers = [m for m in methods if m not in NEURALDBG and not m.startswith("probabilistic")]
     out: list[str] = []
     wins, losses, sep_wins, sep_losses = [], [], [], []
     for key, higher in HIGHER_IS_BETTER.items():
@@ -212,7 +212,7 @@ def _abstract(metrics: dict[str, Any]) -> str:
             parts.append(f"`{label}` reaches failure accuracy {R.fmt(m[label]['failure_accuracy'])}"
                          f", root-cause AC@1 {R.fmt(m[label]['cause_ac@1'])} and ECE "
                          f"{R.fmt(m[label]['ece'])}")
-    peers = [k for k in m if k not in NEURALDBG]
+    peers = [k for k in m if k not in NEURALDBG and not k.startswith("probabilistic")]
     if peers:
         best = max(peers, key=lambda k: _v(m[k], "failure_accuracy"))
         parts.append(f"the best ported baseline (`{best}`) reaches failure accuracy "
