@@ -2,9 +2,9 @@
 
 ``autotrainer`` (AutoTrainer's monitor rules), ``deepdiagnosis`` (DeepDiagnosis's symptom
 checks), ``sagemaker_debugger`` (Amazon SageMaker Debugger's built-in rules at their
-documented defaults) and ``anomaly_rank`` (layers ranked by a robust anomaly score). Each is written from
-the published rule descriptions (docs/evaluation.md), with no peer code, and maps its output onto the
-contract's :class:`~neuraldbg.records.Hypothesis`, so the harness compares every method
+documented defaults) and ``anomaly_rank`` (layers ranked by a robust anomaly score). Each is
+written from the published rule descriptions (docs/evaluation.md), with no peer code, and
+maps its output onto the contract's :class:`~neuraldbg.records.Hypothesis`, so the harness compares every method
 through ``explain(trace) -> list[Hypothesis]``.
 """
 
