@@ -18,7 +18,7 @@ from benchmarks import metrics as M
 from benchmarks.repair import FIX_BY_CAUSE
 from neuraldbg.records import HEALTHY
 
-__all__ = ["compute_metrics", "CF_BASELINES", "table_predicts_fixed"]
+__all__ = ["compute_metrics", "CF_BASELINES", "table_predicts_fixed", "canonical_order"]
 
 #: Counterfactual baselines ``what_if`` must beat on balanced accuracy (docs/evaluation.md).
 CF_BASELINES: dict[str, str] = {
@@ -48,7 +48,7 @@ def table_predicts_fixed(knobs: dict[str, Any], true_cause: str) -> bool:
 
 #: Notes that are times: written under ``timings`` in metrics.json, the one key that differs
 #: between two runs of the same commit (``python -m benchmarks.same_result`` ignores it).
-TIMING_NOTES: tuple[str, ...] = ("wall_s", "total_wall_s", "workers", "backend")
+TIMING_NOTES: tuple[str, ...] = ("wall_s", "total_wall_s", "workers", "backend", "cpu_s")
 
 #: Packages whose versions decide the numbers (recorded in metrics.json).
 _VERSIONED = ("torch", "numpy", "scipy", "pandas", "pyarrow", "scikit-learn", "pgmpy",
@@ -88,13 +88,24 @@ def provenance(zoo_fingerprint: str | None = None) -> dict[str, Any]:
             "deterministic_algorithms": True}
 
 
+def canonical_order(frame: Any, keys: tuple[str, ...]) -> Any:
+    """``frame`` sorted by ``keys`` (those present), index reset: the harness gathers rows in
+    the order its tasks were split over the workers, and a sum over rows in another order can
+    differ in the last bit."""
+    present = [k for k in keys if k in frame.columns]
+    if frame.empty or not present:
+        return frame
+    return frame.sort_values(present, kind="stable").reset_index(drop=True)
+
+
 def _label(method: str, split: str) -> str:
     return method if split == "none" else f"{method}[{split}]"
 
 
 def compute_metrics(result: Any, *, seed: int = 0) -> dict[str, Any]:
     """Every metric per method label, counterfactual validity, repair rates and McNemar."""
-    suite, rec = result.suite, result.records
+    # one row order whatever the worker count (float sums depend on the order of the terms)
+    suite, rec = result.suite, canonical_order(result.records, ("label", "run"))
     n = suite.n_resamples
     notes = {k: v for k, v in result.notes.items() if k not in TIMING_NOTES}
     out: dict[str, Any] = {"suite": suite.to_dict(), "notes": notes, "methods": {},
@@ -114,7 +125,7 @@ def compute_metrics(result: Any, *, seed: int = 0) -> dict[str, Any]:
                 m["repair_rate"] = M.repair_rate(rg)
         out["timings"]["explain_median_s"][label] = float(np.median(g["explain_s"]))
         out["methods"][label] = m
-    cf = result.counterfactuals
+    cf = canonical_order(result.counterfactuals, ("split", "run", "knobs"))
     if not cf.empty:
         good = cf[cf["actual_failure"].notna() & cf["p_failure"].notna()]
         good = good.assign(actual_failure=good["actual_failure"].astype(bool))

@@ -29,7 +29,7 @@ from typing import Any
 import pandas as pd
 
 from benchmarks import metrics as M
-from benchmarks.compare import compute_metrics
+from benchmarks.compare import canonical_order, compute_metrics
 from benchmarks.executor import Executor, LocalExecutor
 from benchmarks.repair import (
     FIX_BY_CAUSE,
@@ -483,7 +483,10 @@ def run_benchmark(suite: Suite, out: str | Path, *, executor: Executor | None = 
              "n_repair_reruns": len(rep_specs),
              "families": [f.name for f in fams], "wall_s": time.perf_counter() - t_start,
              "run_errors": int((~runs["finished"]).sum())}
-    folds_df = pd.DataFrame(fold_rows)
+    folds_df = canonical_order(pd.DataFrame(fold_rows), ("split", "fold"))
+    rec = canonical_order(rec, ("label", "run"))  # the same files on any worker count
+    cf = canonical_order(cf, ("split", "run", "knobs"))
+    reps = canonical_order(reps, ("label", "run"))
     for name, frame in (("records", rec), ("counterfactuals", cf), ("repairs", reps),
                         ("folds", folds_df), ("runs", runs)):
         frame.to_parquet(out / f"{name}.parquet", index=False)
