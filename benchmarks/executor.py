@@ -15,7 +15,7 @@ import sys
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from typing import Any, Literal
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -40,11 +40,15 @@ def _call(fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
     return fn(**kwargs)
 
 
+#: Seconds between progress lines when output is not a terminal and no task has finished.
+_HEARTBEAT_S = 30.0
+
+
 class _LineProgress:
     """Progress for a log file or CI (output not a terminal): one line when a batch starts,
     then a line every 10% of its tasks or every 30 s, whichever comes first, and at the end."""
 
-    def __init__(self, every_s: float = 30.0) -> None:
+    def __init__(self, every_s: float = _HEARTBEAT_S) -> None:
         self.every_s = every_s
         self._tasks: dict[int, dict[str, Any]] = {}
 
@@ -71,6 +75,14 @@ class _LineProgress:
             print(f"{t['description']}: {t['done']}/{t['total']} done, "
                   f"{now - t['t0']:.0f} s", flush=True)
             t["last"], t["shown"] = now, t["done"]
+
+    def heartbeat(self, job: int) -> None:
+        """A line while no task finishes (long tasks are running)."""
+        t = self._tasks[job]
+        now = time.monotonic()
+        print(f"{t['description']}: {t['done']}/{t['total']} done, {now - t['t0']:.0f} s "
+              "(tasks running)", flush=True)
+        t["last"] = now
 
 
 def _progress(show: bool) -> Any:
@@ -146,9 +158,15 @@ class LocalExecutor(Executor):
                                      initializer=_init_worker) as pool:
                 futures = {pool.submit(_call, fn, kwargs): i for i, (fn, kwargs) in
                            enumerate(tasks)}
-                for fut in as_completed(futures):
-                    results[futures[fut]] = fut.result()
-                    bar.advance(job)
+                pending = set(futures)
+                while pending:  # a heartbeat while long tasks (model fits) run
+                    done, pending = wait(pending, timeout=_HEARTBEAT_S,
+                                         return_when=FIRST_COMPLETED)
+                    for fut in done:
+                        results[futures[fut]] = fut.result()
+                        bar.advance(job)
+                    if not done and hasattr(bar, "heartbeat"):
+                        bar.heartbeat(job)
         return results
 
 
@@ -215,10 +233,12 @@ class RayExecutor(Executor):
         with _progress(self.progress) as bar:
             job = bar.add_task(description, total=len(tasks))
             while pending:
-                done, pending = ray.wait(pending, num_returns=1)
+                done, pending = ray.wait(pending, num_returns=1, timeout=_HEARTBEAT_S)
                 for ref in done:
                     results[index[ref]] = ray.get(ref)
                     bar.advance(job)
+                if not done and hasattr(bar, "heartbeat"):
+                    bar.heartbeat(job)
         return results
 
     def close(self) -> None:
