@@ -5,6 +5,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 SUITE ?= default
+# parallel workers of `make bench` (empty: one per core); the numbers do not depend on it
+WORKERS ?=
 
 .PHONY: venv test bench paper overhead lint clean
 
@@ -20,8 +22,10 @@ $(STAMP): pyproject.toml constraints.txt
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
+# the default suite's run ends by regenerating papers/report.md, so report and paper agree
 bench: $(STAMP)
-	$(BIN)/python -m benchmarks --suite $(SUITE)
+	$(BIN)/python -m benchmarks --suite $(SUITE) $(if $(WORKERS),--workers $(WORKERS))
+	if [ "$(SUITE)" = default ]; then $(MAKE) --no-print-directory paper; fi
 
 overhead: $(STAMP)
 	$(BIN)/python -m benchmarks.overhead

@@ -29,7 +29,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", default="local", choices=BACKENDS,
                    help="local worker processes, or Ray (optional extra) (default: %(default)s)")
     p.add_argument("--workers", type=int, default=None,
-                   help="parallel workers (default: one per CPU core)")
+                   help="parallel workers (default: one per CPU core); the numbers do not "
+                        "depend on it")
+    p.add_argument("--address", default=None,
+                   help="with --backend ray: address of a running Ray cluster ('auto', "
+                        "'ray://head:10001'); default: start a local Ray instance")
     p.add_argument("--out", default="results", help="results root (default: %(default)s)")
     p.add_argument("--methods", default=None,
                    help="comma-separated method names (default: every available method)")
@@ -37,6 +41,15 @@ def _parser() -> argparse.ArgumentParser:
                    help="rebuild metrics, tables and figures from an earlier run's Parquet")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     return p
+
+
+def _cpu_seconds() -> float:
+    """CPU seconds of this process and its finished worker processes (user + system)."""
+    import resource
+
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -58,14 +71,19 @@ def main(argv: list[str] | None = None) -> int:
     suite = get_suite(args.suite)
     out = Path(args.out) / suite.name
     t0 = time.perf_counter()
+    workers = None
+    if args.address is not None and args.backend != "ray":
+        raise SystemExit(f"--address {args.address!r} needs --backend ray (the local backend "
+                         "runs on this machine only).")
     if args.report_only:
         result = harness.load_result(suite, out)
     else:
         methods = [m.strip() for m in args.methods.split(",")] if args.methods else None
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            with make_executor(args.backend, args.workers,
+            with make_executor(args.backend, args.workers, address=args.address,
                                progress=not args.no_progress) as ex:
+                workers = ex.workers
                 console.print(f"[bold]suite {suite.name}[/]: backend {args.backend}, "
                               f"{ex.workers} workers, results in {out}")
                 result = harness.run_benchmark(suite, out, executor=ex, run_dir=Path(args.out)
@@ -75,9 +93,13 @@ def main(argv: list[str] | None = None) -> int:
     metrics = harness.compute_metrics(result)
     report.print_table(metrics, console)
     path = report.write_report(metrics, out)
-    if not args.report_only:  # the wall time of the whole command, runs to report
-        result.notes["total_wall_s"] = time.perf_counter() - t0
+    if not args.report_only:  # the wall and CPU time of the whole command, runs to report
+        result.notes.update(total_wall_s=time.perf_counter() - t0, workers=workers,
+                            backend=args.backend, cpu_s=_cpu_seconds())
         (out / "notes.json").write_text(json.dumps(result.notes, default=str))
+    metrics["timings"].update({k: result.notes[k] for k in ("total_wall_s", "workers",
+                                                            "backend", "cpu_s")
+                               if k in result.notes})
     report.write_metrics(metrics, out)
     errors = int((result.records["error"] != "").sum()) if "error" in result.records else 0
     console.print(f"metrics: {out / 'metrics.json'}; report: {path}; "

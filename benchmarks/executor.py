@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import sys
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from typing import Any, Literal
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -38,7 +40,54 @@ def _call(fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
     return fn(**kwargs)
 
 
-def _progress(show: bool) -> Progress:
+#: Seconds between progress lines when output is not a terminal and no task has finished.
+_HEARTBEAT_S = 30.0
+
+
+class _LineProgress:
+    """Progress for a log file or CI (output not a terminal): one line when a batch starts,
+    then a line every 10% of its tasks or every 30 s, whichever comes first, and at the end."""
+
+    def __init__(self, every_s: float = _HEARTBEAT_S) -> None:
+        self.every_s = every_s
+        self._tasks: dict[int, dict[str, Any]] = {}
+
+    def __enter__(self) -> _LineProgress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def add_task(self, description: str, total: int) -> int:
+        job = len(self._tasks)
+        self._tasks[job] = {"description": description, "total": total, "done": 0,
+                            "t0": time.monotonic(), "last": time.monotonic(), "shown": 0}
+        print(f"{description}: {total} tasks", flush=True)
+        return job
+
+    def advance(self, job: int) -> None:
+        t = self._tasks[job]
+        t["done"] += 1
+        now = time.monotonic()
+        step = max(1, t["total"] // 10)
+        if (t["done"] == t["total"] or t["done"] - t["shown"] >= step
+                or now - t["last"] >= self.every_s):
+            print(f"{t['description']}: {t['done']}/{t['total']} done, "
+                  f"{now - t['t0']:.0f} s", flush=True)
+            t["last"], t["shown"] = now, t["done"]
+
+    def heartbeat(self, job: int) -> None:
+        """A line while no task finishes (long tasks are running)."""
+        t = self._tasks[job]
+        now = time.monotonic()
+        print(f"{t['description']}: {t['done']}/{t['total']} done, {now - t['t0']:.0f} s "
+              "(tasks running)", flush=True)
+        t["last"] = now
+
+
+def _progress(show: bool) -> Any:
+    if show and not sys.stdout.isatty():
+        return _LineProgress()
     return Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
@@ -109,17 +158,26 @@ class LocalExecutor(Executor):
                                      initializer=_init_worker) as pool:
                 futures = {pool.submit(_call, fn, kwargs): i for i, (fn, kwargs) in
                            enumerate(tasks)}
-                for fut in as_completed(futures):
-                    results[futures[fut]] = fut.result()
-                    bar.advance(job)
+                pending = set(futures)
+                while pending:  # a heartbeat while long tasks (model fits) run
+                    done, pending = wait(pending, timeout=_HEARTBEAT_S,
+                                         return_when=FIRST_COMPLETED)
+                    for fut in done:
+                        results[futures[fut]] = fut.result()
+                        bar.advance(job)
+                    if not done and hasattr(bar, "heartbeat"):
+                        bar.heartbeat(job)
         return results
 
 
 class RayExecutor(Executor):
     """Tasks as Ray remote functions: a local Ray instance, or a cluster given by ``address``.
 
-    Ray is an optional extra (``pip install .[ray]``). Each task asks for one CPU, so Ray
-    schedules as many at once as the cluster has cores.
+    Ray is an optional extra (``pip install -c constraints.txt '.[ray]'``). Each task asks
+    for one CPU, so Ray schedules as many at once as the cluster has cores. Task arguments
+    and results travel as Ray objects; the zoo traces themselves are written to and read
+    from the results directory, so on a multi-host cluster that directory must be on a
+    filesystem every node mounts at the same path (see the README, "Scaling out").
 
     Parameters
     ----------
@@ -157,8 +215,11 @@ class RayExecutor(Executor):
                          configure_logging=False,
                          runtime_env={"env_vars": {"OMP_NUM_THREADS": "1"}})
             else:
-                ray.init(address=address, log_to_driver=False)
+                ray.init(address=address, log_to_driver=False,
+                         runtime_env={"env_vars": {"OMP_NUM_THREADS": "1"}})
             self._started = True
+        if address is not None:  # the cluster's cores, for the harness's task split
+            self.workers = max(1, int(ray.cluster_resources().get("CPU", self.workers)))
         self._remote = ray.remote(num_cpus=1)(_ray_call)
 
     def map(self, tasks: Sequence[Task], *, description: str = "tasks") -> list[Any]:
@@ -172,10 +233,12 @@ class RayExecutor(Executor):
         with _progress(self.progress) as bar:
             job = bar.add_task(description, total=len(tasks))
             while pending:
-                done, pending = ray.wait(pending, num_returns=1)
+                done, pending = ray.wait(pending, num_returns=1, timeout=_HEARTBEAT_S)
                 for ref in done:
                     results[index[ref]] = ray.get(ref)
                     bar.advance(job)
+                if not done and hasattr(bar, "heartbeat"):
+                    bar.heartbeat(job)
         return results
 
     def close(self) -> None:
@@ -190,7 +253,7 @@ def _ray_call(fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
 
 
 def make_executor(backend: Literal["local", "ray"] = "local", workers: int | None = None, *,
-                  progress: bool = True) -> Executor:
+                  address: str | None = None, progress: bool = True) -> Executor:
     """Build the executor named by ``--backend``.
 
     Parameters
@@ -199,16 +262,21 @@ def make_executor(backend: Literal["local", "ray"] = "local", workers: int | Non
         Local worker processes, or Ray.
     workers : int, optional
         Parallel workers (default: the number of CPU cores).
+    address : str, optional
+        With ``"ray"``: a running cluster's address (default: a local Ray instance).
     progress : bool, default=True
         Show a progress bar.
 
     Raises
     ------
     ValueError
-        If ``backend`` is not one of :data:`BACKENDS`.
+        If ``backend`` is not one of :data:`BACKENDS`, or ``address`` is given for "local".
     """
     if backend == "local":
+        if address is not None:
+            raise ValueError(f"address={address!r} needs backend='ray'; the local backend "
+                             "runs on this machine only.")
         return LocalExecutor(workers, progress=progress)
     if backend == "ray":
-        return RayExecutor(workers, progress=progress)
+        return RayExecutor(workers, address=address, progress=progress)
     raise ValueError(f"Unknown backend {backend!r}. Valid backends are: {list(BACKENDS)}")

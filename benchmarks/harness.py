@@ -29,7 +29,7 @@ from typing import Any
 import pandas as pd
 
 from benchmarks import metrics as M
-from benchmarks.compare import compute_metrics
+from benchmarks.compare import canonical_order, compute_metrics
 from benchmarks.executor import Executor, LocalExecutor
 from benchmarks.repair import (
     FIX_BY_CAUSE,
@@ -390,13 +390,17 @@ def run_benchmark(suite: Suite, out: str | Path, *, executor: Executor | None = 
         for split, col in (("family", "family"), ("architecture", "architecture")):
             if split not in suite.splits:
                 continue
-            for value in sorted(score[col].dropna().unique()):
-                te = score[score[col] == value]["path"].tolist()
-                folds.append({"split": split, "fold": str(value),
-                              "fit_params": dict(suite.fit_params),
-                              "fit_paths": fit[fit[col] != value]["path"].tolist(),
-                              "score_paths": te,
-                              "cases": {p: cf_cases.get(p, []) for p in te}})
+            variants = [(split, dict(suite.fit_params))]
+            if split == "family":  # ablations: the same folds, other estimator parameters
+                variants += [(f"family/{name}", {**dict(suite.fit_params), **dict(params)})
+                             for name, params in suite.ablations]
+            for label, params in variants:
+                for value in sorted(score[col].dropna().unique()):
+                    te = score[score[col] == value]["path"].tolist()
+                    folds.append({"split": label, "fold": str(value), "fit_params": params,
+                                  "fit_paths": fit[fit[col] != value]["path"].tolist(),
+                                  "score_paths": te,
+                                  "cases": {p: cf_cases.get(p, []) for p in te}})
     # folds first (the longest tasks), spread over the workers; then the rest
     n_chunks = max(1, min(len(folds), executor.workers))
     tasks: list[tuple[Any, dict[str, Any]]] = [
@@ -479,7 +483,10 @@ def run_benchmark(suite: Suite, out: str | Path, *, executor: Executor | None = 
              "n_repair_reruns": len(rep_specs),
              "families": [f.name for f in fams], "wall_s": time.perf_counter() - t_start,
              "run_errors": int((~runs["finished"]).sum())}
-    folds_df = pd.DataFrame(fold_rows)
+    folds_df = canonical_order(pd.DataFrame(fold_rows), ("split", "fold"))
+    rec = canonical_order(rec, ("label", "run"))  # the same files on any worker count
+    cf = canonical_order(cf, ("split", "run", "knobs"))
+    reps = canonical_order(reps, ("label", "run"))
     for name, frame in (("records", rec), ("counterfactuals", cf), ("repairs", reps),
                         ("folds", folds_df), ("runs", runs)):
         frame.to_parquet(out / f"{name}.parquet", index=False)

@@ -1,13 +1,18 @@
-"""Diagnosis metrics of EVALUATION.md, per run and aggregated, with bootstrap intervals.
+"""Diagnosis metrics of docs/evaluation.md, per run and aggregated, with 95% intervals.
 
-Two layers:
+The one metrics module of the benchmark (calibration measures share their binning and
+clipping with :mod:`causal_models.calibration`, which the probabilistic model is
+calibrated with). Two layers:
 
 - per-run scores (:func:`score_run`): what one method said about one run against its ground
-  truth (predicted label and its confidence, rank of the true cause, layer hit, onset error);
+  truth (predicted label and its confidence, rank of the true cause, layer hit, onset error,
+  confident-wrong);
 - aggregates over runs (:func:`summarize`): failure accuracy, cause AC@k / Avg@5 / MRR, layer
-  accuracy, onset hit rate and median error, detection latency, healthy FPR, ECE / Brier /
-  NLL of the top-1 confidence, each with a percentile-bootstrap 95% interval, plus
-  counterfactual validity, repair rate and McNemar's test between two methods.
+  accuracy, onset hit rate and median error, detection latency, healthy FPR, confident-wrong
+  rate, ECE / Brier / NLL and sharpness of the top-1 confidence, plus counterfactual validity
+  (balanced over the fixes and the still-fails halves) and repair rate. Proportions carry
+  exact Clopper-Pearson intervals, everything else a bootstrap over families
+  (:mod:`benchmarks.stats`).
 
 Conventions (the same for every method):
 
@@ -29,6 +34,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from benchmarks.stats import family_bootstrap, mcnemar_exact, proportion_interval
+from causal_models.calibration import (
+    binary_expected_calibration_error,
+    confidence_bins,
+)
+from causal_models.calibration import (
+    negative_log_likelihood as _class_nll,
+)
 from neuraldbg.records import HEALTHY, Hypothesis
 
 __all__ = [
@@ -43,7 +56,7 @@ __all__ = [
     "brier_score",
     "negative_log_likelihood",
     "reliability_table",
-    "bootstrap_ci",
+    "sharpness",
     "mcnemar_test",
     "summarize",
     "counterfactual_validity",
@@ -52,8 +65,8 @@ __all__ = [
 
 #: Confidence at or above which a hypothesis declares the run failing (the contract's rule).
 THRESHOLD = 0.5
-#: Probabilities are clipped to [EPS, 1 - EPS] inside the NLL.
-EPS = 1e-6
+#: Causes that are not a specific (falsifiable) claim: not counted as confident-wrong.
+NON_SPECIFIC_CAUSES = frozenset({"unknown", "none", ""})
 
 
 # --------------------------------------------------------------------------- per run
@@ -114,7 +127,9 @@ def score_run(hyps: Sequence[Hypothesis], truth: dict[str, Any]) -> dict[str, An
         ``pred_failure``, ``confidence`` (of the verdict), ``failure_correct``, ``pred_cause``,
         ``cause_rank`` (NaN when absent or for a healthy run), ``pred_layer``,
         ``layer_correct``, ``pred_step``, ``onset_error``, ``onset_hit`` (None where the truth
-        has no onset), ``flagged`` (any hypothesis >= threshold), ``n_hypotheses``.
+        has no onset), ``flagged`` (any hypothesis >= threshold), ``n_hypotheses``,
+        ``confident_wrong`` (a failing run whose top hypothesis, at confidence >= 0.5, names
+        a specific cause that is not the true one; None for a healthy run).
     """
     true_failure = truth.get("failure_type", HEALTHY)
     label, conf = predicted_label(hyps)
@@ -134,8 +149,13 @@ def score_run(hyps: Sequence[Hypothesis], truth: dict[str, Any]) -> dict[str, An
         "layer_correct": None,
         "onset_error": math.nan,
         "onset_hit": None,
+        "confident_wrong": None,
     }
     if failing:
+        out["confident_wrong"] = bool(
+            top is not None and float(top.confidence) >= THRESHOLD
+            and top.root_cause not in NON_SPECIFIC_CAUSES
+            and top.root_cause != truth.get("root_cause", "none"))
         layers = list(truth.get("origin_layers") or [])
         out["layer_correct"] = bool(top is not None and top.origin_layer in layers)
         onset = truth.get("onset_step")
@@ -189,13 +209,11 @@ def reliability_table(conf: Sequence[float] | np.ndarray, correct: Sequence[bool
                       n_bins: int = 15) -> pd.DataFrame:
     """Equal-width confidence bins: count, mean confidence and accuracy per bin.
 
-    Bin ``b`` holds confidences in ``(b/n, (b+1)/n]``; confidence 0 goes to the first bin
-    (edges from ``numpy.linspace``, assignment by ``searchsorted`` as scikit-learn's
-    ``calibration_curve`` does).
+    Bin ``b`` holds confidences in ``(b/n, (b+1)/n]``, confidence 0 the first bin
+    (:func:`causal_models.calibration.confidence_bins`, the binning of every ECE here).
     """
     c, y = _cc(conf, correct)
-    edges = np.linspace(0.0, 1.0, n_bins + 1)
-    idx = np.searchsorted(edges[1:-1], c, side="left")
+    idx = confidence_bins(c, n_bins)
     rows = []
     for b in range(n_bins):
         m = idx == b
@@ -210,14 +228,11 @@ def expected_calibration_error(conf: Sequence[float] | np.ndarray,
                                correct: Sequence[bool] | np.ndarray, n_bins: int = 15) -> float:
     """ECE: sum over equal-width bins of (bin share) x |accuracy - mean confidence|.
 
-    Bins as in :func:`reliability_table`.
+    :func:`causal_models.calibration.binary_expected_calibration_error`, bins as in
+    :func:`reliability_table`.
     """
     c, y = _cc(conf, correct)
-    if not c.size:
-        return math.nan
-    idx = np.searchsorted(np.linspace(0.0, 1.0, n_bins + 1)[1:-1], c, side="left")
-    gap = np.bincount(idx, weights=y - c, minlength=n_bins)
-    return float(np.sum(np.abs(gap)) / c.size)
+    return binary_expected_calibration_error(c, y, n_bins) if c.size else math.nan
 
 
 def brier_score(conf: Sequence[float] | np.ndarray, correct: Sequence[bool] | np.ndarray) -> float:
@@ -228,80 +243,30 @@ def brier_score(conf: Sequence[float] | np.ndarray, correct: Sequence[bool] | np
 
 def negative_log_likelihood(conf: Sequence[float] | np.ndarray,
                             correct: Sequence[bool] | np.ndarray) -> float:
-    """Mean Bernoulli NLL of the correctness under the confidence (clipped to [1e-6, 1-1e-6])."""
+    """Mean Bernoulli NLL of the correctness under the confidence: the class NLL of
+    :func:`causal_models.calibration.negative_log_likelihood` (same clipping, 1e-12) on the
+    two classes (wrong, right)."""
     c, y = _cc(conf, correct)
     if not c.size:
         return math.nan
-    p = np.clip(c, EPS, 1 - EPS)
-    return float(-np.mean(y * np.log(p) + (1 - y) * np.log(1 - p)))
+    return _class_nll(np.column_stack([1.0 - c, c]), (y > 0.5).astype(int))
 
 
-# --------------------------------------------------------------------------- inference
-def bootstrap_ci(columns: dict[str, np.ndarray], statistic: Callable[..., float], *,
-                 n_resamples: int = 1000, confidence: float = 0.95, seed: int = 0
-                 ) -> tuple[float, float, float]:
-    """Point estimate and percentile-bootstrap interval of ``statistic`` over runs.
+def sharpness(conf: Sequence[float] | np.ndarray) -> dict[str, float]:
+    """How much the top-1 confidences move: distinct values (to 1e-6) and standard deviation.
 
-    Parameters
-    ----------
-    columns : dict of str -> ndarray
-        Per-run arrays of equal length, passed to ``statistic`` as keyword arguments; runs
-        are resampled together (paired).
-    statistic : callable
-        ``statistic(**columns) -> float``.
-    n_resamples : int, default=1000
-    confidence : float, default=0.95
-    seed : int, default=0
-        Seed of the local ``numpy.random.Generator`` (results are deterministic).
-
-    Returns
-    -------
-    (estimate, low, high) : tuple of float
-        NaN everywhere for zero runs; the interval is NaN where resampled statistics are.
+    A calibrated method that gives every run the same number tells the user nothing.
     """
-    arrays = {k: np.asarray(v) for k, v in columns.items()}
-    lengths = {len(v) for v in arrays.values()}
-    if len(lengths) != 1:
-        sizes = {k: len(v) for k, v in arrays.items()}
-        raise ValueError(f"bootstrap columns differ in length: {sizes}")
-    n = lengths.pop()
-    if n == 0:
-        return math.nan, math.nan, math.nan
-    est = float(statistic(**arrays))
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, n, size=(n_resamples, n))
-    stats = np.array([statistic(**{k: v[i] for k, v in arrays.items()}) for i in idx], dtype=float)
-    stats = stats[~np.isnan(stats)]
-    if not stats.size:
-        return est, math.nan, math.nan
-    alpha = (1 - confidence) / 2
-    return est, float(np.quantile(stats, alpha)), float(np.quantile(stats, 1 - alpha))
+    c = np.asarray(conf, dtype=float)
+    c = c[~np.isnan(c)]
+    return {"distinct": int(np.unique(np.round(c, 6)).size),
+            "std": float(np.std(c)) if c.size else math.nan}
 
 
 def mcnemar_test(correct_a: Sequence[bool] | np.ndarray, correct_b: Sequence[bool] | np.ndarray
                  ) -> dict[str, float]:
-    """McNemar's exact test on paired per-run correctness of two methods.
-
-    Returns
-    -------
-    dict
-        ``a_only`` (A right, B wrong), ``b_only``, ``both``, ``neither``, ``statistic`` and
-        ``pvalue`` (exact binomial, two-sided; 1.0 when the methods never disagree).
-    """
-    from statsmodels.stats.contingency_tables import mcnemar
-
-    a = np.asarray(correct_a, dtype=bool)
-    b = np.asarray(correct_b, dtype=bool)
-    if a.shape != b.shape:
-        raise ValueError(f"paired arrays differ in shape: {a.shape} vs {b.shape}.")
-    table = np.array([[np.sum(a & b), np.sum(a & ~b)], [np.sum(~a & b), np.sum(~a & ~b)]])
-    if table[0, 1] + table[1, 0] == 0:
-        stat, p = 0.0, 1.0
-    else:
-        res = mcnemar(table, exact=True)
-        stat, p = float(res.statistic), float(res.pvalue)
-    return {"both": int(table[0, 0]), "a_only": int(table[0, 1]), "b_only": int(table[1, 0]),
-            "neither": int(table[1, 1]), "statistic": stat, "pvalue": p}
+    """McNemar's exact test on paired per-run correctness (:func:`stats.mcnemar_exact`)."""
+    return mcnemar_exact(correct_a, correct_b)
 
 
 # --------------------------------------------------------------------------- aggregates
@@ -317,107 +282,126 @@ def _median(x: np.ndarray) -> float:
     return float(np.median(x)) if x.size else math.nan
 
 
-def _interval(columns: dict[str, Any], stat: Callable[..., float], n: int, seed: int
-              ) -> dict[str, float]:
-    est, lo, hi = bootstrap_ci(columns, stat, n_resamples=n, seed=seed)
-    return {"value": est, "low": lo, "high": hi, "n": int(len(next(iter(columns.values()))))}
+def _groups(frame: pd.DataFrame) -> np.ndarray:
+    """Bootstrap clusters: the zoo family of each run (each run its own when unknown)."""
+    if "family" in frame.columns:
+        return frame["family"].astype(str).to_numpy()
+    return np.arange(len(frame)).astype(str)
+
+
+def _prop(x: pd.Series | np.ndarray) -> dict[str, Any]:
+    return proportion_interval(np.asarray(pd.Series(x).astype(float), dtype=float))
 
 
 def summarize(records: pd.DataFrame, *, n_resamples: int = 1000, seed: int = 0,
-              n_bins: int = 15) -> dict[str, dict[str, float]]:
+              n_bins: int = 15) -> dict[str, dict[str, Any]]:
     """Every diagnosis metric of one method over its scored runs, with 95% intervals.
 
     Parameters
     ----------
     records : DataFrame
         One row per scored run for one method: the columns of :func:`score_run` plus
-        ``true_failure`` and, optionally, ``latency`` (steps from onset to the first
-        detection, NaN when never detected) and ``detected``.
+        ``true_failure``, ``family`` (the bootstrap's cluster) and, optionally, ``latency``
+        (steps from onset to the first detection, NaN when never detected).
     n_resamples : int, default=1000
+        Family-bootstrap resamples (the non-proportion metrics).
     seed : int, default=0
     n_bins : int, default=15
 
     Returns
     -------
     dict
-        metric name -> ``{"value", "low", "high", "n"}``.
+        metric name -> ``{"value", "low", "high", "n", "interval", ...}``: exact intervals
+        for proportions, a family bootstrap otherwise; ``sharpness_distinct`` has no interval.
     """
     r = records
     failing = r[r["true_failure"] != HEALTHY]
     healthy = r[r["true_failure"] == HEALTHY]
-    out: dict[str, dict[str, float]] = {}
+    out: dict[str, dict[str, Any]] = {}
 
-    def frac(col: pd.Series) -> np.ndarray:
-        return col.astype(float).to_numpy()
+    def boot(frame: pd.DataFrame, cols: dict[str, np.ndarray], stat: Callable[..., float]
+             ) -> dict[str, Any]:
+        return family_bootstrap(cols, stat, _groups(frame), n_resamples=n_resamples, seed=seed)
 
-    out["failure_accuracy"] = _interval({"x": frac(r["failure_correct"])}, _mean, n_resamples,
-                                        seed)
-    out["failure_accuracy_failing"] = _interval({"x": frac(failing["failure_correct"])}, _mean,
-                                                n_resamples, seed)
+    out["failure_accuracy"] = _prop(r["failure_correct"])
+    out["failure_accuracy_failing"] = _prop(failing["failure_correct"])
     ranks = failing["cause_rank"].astype(float).to_numpy()
     for k in (1, 3):
-        out[f"cause_ac@{k}"] = _interval({"r": ranks}, lambda r, k=k: ac_at_k(r, k), n_resamples,
-                                         seed)
-    out["cause_avg@5"] = _interval({"r": ranks}, lambda r: avg_at_k(r, 5), n_resamples, seed)
-    out["cause_mrr"] = _interval({"r": ranks}, lambda r: mean_reciprocal_rank(r), n_resamples,
-                                 seed)
-    out["layer_accuracy"] = _interval({"x": frac(failing["layer_correct"])}, _mean, n_resamples,
-                                      seed)
+        out[f"cause_ac@{k}"] = _prop(np.where(np.isnan(ranks), np.inf, ranks) <= k)
+    out["cause_avg@5"] = boot(failing, {"r": ranks}, lambda r: avg_at_k(r, 5))
+    out["cause_mrr"] = boot(failing, {"r": ranks}, lambda r: mean_reciprocal_rank(r))
+    out["layer_accuracy"] = _prop(failing["layer_correct"])
     if "origin_scope" in r.columns:  # faults in named layers (not run-wide, where any counts)
-        local = failing[failing["origin_scope"] == "layer"]
-        out["layer_accuracy_local"] = _interval({"x": frac(local["layer_correct"])}, _mean,
-                                                n_resamples, seed)
+        out["layer_accuracy_local"] = _prop(
+            failing[failing["origin_scope"] == "layer"]["layer_correct"])
     with_onset = failing[failing["onset_hit"].notna()]
-    out["onset_hit"] = _interval({"x": frac(with_onset["onset_hit"])}, _mean, n_resamples, seed)
-    out["onset_median_error"] = _interval(
-        {"x": with_onset["onset_error"].astype(float).to_numpy()}, _median, n_resamples, seed)
+    out["onset_hit"] = _prop(with_onset["onset_hit"])
+    out["onset_median_error"] = boot(with_onset,
+                                     {"x": with_onset["onset_error"].astype(float).to_numpy()},
+                                     _median)
     if "latency" in r.columns:
         lat = with_onset["latency"].astype(float).to_numpy()
-        out["detection_rate"] = _interval({"x": (~np.isnan(lat)).astype(float)}, _mean,
-                                          n_resamples, seed)
-        out["detection_median_latency"] = _interval({"x": lat}, _median, n_resamples, seed)
-    out["healthy_fpr"] = _interval({"x": frac(healthy["flagged"])}, _mean, n_resamples, seed)
+        out["detection_rate"] = _prop(~np.isnan(lat))
+        out["detection_median_latency"] = boot(with_onset, {"x": lat}, _median)
+    out["healthy_fpr"] = _prop(healthy["flagged"])
+    if "confident_wrong" in r.columns:
+        out["confident_wrong"] = _prop(failing["confident_wrong"])
     conf = r["confidence"].astype(float).to_numpy()
-    corr = frac(r["failure_correct"])
-    cols = {"conf": conf, "correct": corr}
-    out["ece"] = _interval(cols, lambda conf, correct: expected_calibration_error(conf, correct,
-                                                                                  n_bins),
-                           n_resamples, seed)
-    out["brier"] = _interval(cols, brier_score, n_resamples, seed)
-    out["nll"] = _interval(cols, negative_log_likelihood, n_resamples, seed)
+    cols = {"conf": conf, "correct": r["failure_correct"].astype(float).to_numpy()}
+    out["ece"] = boot(r, cols, lambda conf, correct: expected_calibration_error(conf, correct,
+                                                                                n_bins))
+    out["brier"] = boot(r, cols, brier_score)
+    out["nll"] = boot(r, cols, negative_log_likelihood)
+    out["sharpness_std"] = boot(r, {"c": conf}, lambda c: sharpness(c)["std"])
+    out["sharpness_distinct"] = {"value": float(sharpness(conf)["distinct"]), "low": math.nan,
+                                 "high": math.nan, "n": int(len(conf)), "interval": "none"}
     return out
 
 
+def _balanced(p: np.ndarray, y: np.ndarray) -> float:
+    """Mean of the accuracy on the cases that stayed failing and on those fixed (NaN-free
+    halves only)."""
+    pred = p >= THRESHOLD
+    halves = [np.mean(pred[y == v] == v) for v in (True, False) if np.any(y == v)]
+    return float(np.mean(halves)) if halves else math.nan
+
+
 def counterfactual_validity(cases: pd.DataFrame, *, n_resamples: int = 1000, seed: int = 0
-                            ) -> dict[str, dict[str, float]]:
+                            ) -> dict[str, dict[str, Any]]:
     """What-if predictions against really re-running the run with the knob changed.
 
     Parameters
     ----------
     cases : DataFrame
         One row per (run, knob change): ``p_failure`` (predicted P(failure) under the
-        change) and ``actual_failure`` (bool: the re-run failed).
+        change), ``actual_failure`` (bool: the re-run failed) and ``family``.
 
     Returns
     -------
     dict
-        ``accuracy`` (``p_failure >= 0.5`` agrees with the re-run) and ``brier``, with intervals.
+        ``accuracy`` (``p_failure >= 0.5`` agrees with the re-run), ``accuracy_fixed`` (on the
+        changes whose re-run trained healthily), ``accuracy_still_fails`` (on those whose
+        re-run failed) with exact intervals; ``balanced_accuracy`` (mean of the two halves;
+        always answering "still fails" scores 0.5) and ``brier`` with a family bootstrap.
     """
     p = cases["p_failure"].astype(float).to_numpy()
-    y = cases["actual_failure"].astype(float).to_numpy()
+    y = cases["actual_failure"].astype(bool).to_numpy()
+    pred = p >= THRESHOLD
+    groups = _groups(cases)
     return {
-        "accuracy": _interval({"p": p, "y": y}, lambda p, y: float(np.mean((p >= 0.5) == (y > 0.5)))
-                              if p.size else math.nan, n_resamples, seed),
-        "brier": _interval({"p": p, "y": y}, lambda p, y: float(np.mean((p - y) ** 2))
-                           if p.size else math.nan, n_resamples, seed),
+        "accuracy": proportion_interval(pred == y),
+        "accuracy_fixed": proportion_interval((pred == y)[~y]),
+        "accuracy_still_fails": proportion_interval((pred == y)[y]),
+        "balanced_accuracy": family_bootstrap({"p": p, "y": y}, _balanced, groups,
+                                              n_resamples=n_resamples, seed=seed),
+        "brier": family_bootstrap({"p": p, "y": y.astype(float)},
+                                  lambda p, y: float(np.mean((p - y) ** 2)) if p.size
+                                  else math.nan, groups, n_resamples=n_resamples, seed=seed),
     }
 
 
-def repair_rate(repairs: pd.DataFrame, *, n_resamples: int = 1000, seed: int = 0
-                ) -> dict[str, float]:
-    """Share of failing runs whose top suggested intervention, re-run, trained healthily.
-
-    ``repairs`` has one row per failing run with a bool ``repaired`` (False when the method
-    suggested nothing).
-    """
-    return _interval({"x": repairs["repaired"].astype(float).to_numpy()}, _mean, n_resamples, seed)
+def repair_rate(repairs: pd.DataFrame) -> dict[str, Any]:
+    """Share of failing runs whose top suggested intervention, re-run, trained healthily
+    (exact interval). ``repairs`` has one row per failing run with a bool ``repaired``
+    (False when the method suggested nothing)."""
+    return _prop(repairs["repaired"])

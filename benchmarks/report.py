@@ -27,6 +27,7 @@ from benchmarks import metrics as M  # noqa: E402
 from neuraldbg.records import HEALTHY  # noqa: E402
 
 __all__ = ["MAIN_COLUMNS", "fmt", "write_metrics", "print_table", "markdown_tables",
+           "per_family_table", "per_family_tables",
            "plot_reliability", "plot_ac_at_k", "plot_health_heatmaps", "write_report",
            "load_results"]
 
@@ -45,22 +46,36 @@ MAIN_COLUMNS: tuple[tuple[str, str], ...] = (
     ("healthy_fpr", "healthy FPR"),
 )
 CALIBRATION_COLUMNS: tuple[tuple[str, str], ...] = (
-    ("ece", "ECE (15 bins)"), ("brier", "Brier"), ("nll", "NLL"),
-    ("repair_rate", "repair rate"), ("detection_rate", "detected"),
-    ("explain_median_s", "explain s (median)"),
+    ("confident_wrong", "confident-wrong"), ("ece", "ECE (15 bins)"), ("brier", "Brier"),
+    ("nll", "NLL"), ("sharpness_std", "sharpness (std)"),
+    ("sharpness_distinct", "distinct conf."), ("repair_rate", "repair rate"),
+    ("detection_rate", "detected"),
+)
+#: Per-family tables of the report: (per-run column, title, failing runs only).
+PER_FAMILY: tuple[tuple[str, str, bool], ...] = (
+    ("failure_correct", "Failure accuracy", False),
+    ("cause_hit", "Root cause at rank 1 (AC@1)", True),
+    ("layer_correct", "Origin-layer accuracy", True),
+    ("onset_hit", "Onset within tolerance", True),
+    ("confident_wrong", "Confident-wrong rate (lower is better)", True),
 )
 
 
 def fmt(m: dict[str, float] | None, digits: int = 2) -> str:
-    """``value [low, high]`` (or ``value`` alone, or ``-``)."""
+    """``value [low, high]`` (or ``value`` alone, or ``-``; a count without decimals)."""
     if not m or m.get("value") is None or (isinstance(m["value"], float)
                                              and math.isnan(m["value"])):
         return "-"
-    v = f"{m['value']:.{digits}f}"
+    if m.get("interval") == "none":
+        return f"{m['value']:.0f}"
+    def num(x: float) -> str:
+        return f"{round(x, digits) + 0.0:.{digits}f}"  # round, then + 0.0: never "-0.00"
+
+    v = num(m["value"])
     lo, hi = m.get("low"), m.get("high")
     if lo is None or hi is None or math.isnan(lo) or math.isnan(hi):
         return v
-    return f"{v} [{lo:.{digits}f}, {hi:.{digits}f}]"
+    return f"{v} [{num(lo)}, {num(hi)}]"
 
 
 def _clean(obj: Any) -> Any:
@@ -85,24 +100,26 @@ def write_metrics(metrics: dict[str, Any], out: Path) -> Path:
 def print_table(metrics: dict[str, Any], console: Console | None = None) -> None:
     """The main comparison as a rich table in the terminal."""
     console = console or Console()
-    for title, cols in (("Diagnosis (95% bootstrap intervals)", MAIN_COLUMNS),
+    for title, cols in (("Diagnosis (95% intervals: exact for proportions, family bootstrap "
+                         "otherwise)", MAIN_COLUMNS),
                         ("Calibration, repair, cost", CALIBRATION_COLUMNS)):
         t = Table(title=title, show_lines=False)
         t.add_column("method", style="bold")
         for _, name in cols:
             t.add_column(name, justify="right")
         for label, m in metrics.get("methods", {}).items():
-            t.add_row(escape(label), *[fmt(m.get(k), 3 if k == "explain_median_s" else 2)
-                               for k, _ in cols])
+            t.add_row(escape(label), *[fmt(m.get(k)) for k, _ in cols])
         console.print(t)
     cfv = metrics.get("counterfactual_validity", {})
     if cfv:
         t = Table(title="Counterfactual validity: what_if vs real re-run")
-        for c in ("method", "accuracy", "Brier", "re-runs failed", "n"):
+        for c in ("method", "balanced acc", "on fixes", "on still-fails", "accuracy", "Brier",
+                  "n"):
             t.add_column(c, justify="right")
         for label, v in cfv.items():
-            t.add_row(escape(label), fmt(v["accuracy"]), fmt(v["brier"]),
-                      f"{v['base_rate_failed']:.2f}", str(v["accuracy"]["n"]))
+            t.add_row(escape(label), fmt(v["balanced_accuracy"]), fmt(v["accuracy_fixed"]),
+                      fmt(v["accuracy_still_fails"]), fmt(v["accuracy"]), fmt(v["brier"]),
+                      str(v["accuracy"]["n"]))
         console.print(t)
     for name, r in metrics.get("mcnemar", {}).items():
         console.print(escape(f"McNemar {name}: heuristic only right {r['a_only']}, "
@@ -118,8 +135,7 @@ def markdown_tables(metrics: dict[str, Any]) -> str:
         lines += [f"### {title}", "", "| method | " + " | ".join(n for _, n in cols) + " |",
                   "|---|" + "---|" * len(cols)]
         for label, m in metrics.get("methods", {}).items():
-            lines.append(f"| {label} | " + " | ".join(
-                fmt(m.get(k), 3 if k == "explain_median_s" else 2) for k, _ in cols) + " |")
+            lines.append(f"| {label} | " + " | ".join(fmt(m.get(k)) for k, _ in cols) + " |")
         lines.append("")
     n = {label: (m["failure_accuracy"]["n"], m["cause_ac@1"]["n"], m["healthy_fpr"]["n"])
          for label, m in metrics.get("methods", {}).items()}
@@ -129,12 +145,16 @@ def markdown_tables(metrics: dict[str, Any]) -> str:
     cfv = metrics.get("counterfactual_validity", {})
     if cfv:
         lines += ["### Counterfactual validity (`what_if` vs really re-running the seed)", "",
-                  "| method | accuracy | Brier | share of re-runs that failed | zoo's declared "
-                  "outcome agrees with the re-run | cases |", "|---|---|---|---|---|---|"]
+                  "Balanced accuracy is the mean of the accuracy on the changes whose re-run "
+                  "trained healthily (\"on fixes\") and on those whose re-run still failed; "
+                  "`fix table` and `nothing fixes it` are the counterfactual baselines, "
+                  "scored on the same cases.", "",
+                  "| method | balanced accuracy | on fixes | on still-fails | accuracy | Brier "
+                  "| cases |", "|---|---|---|---|---|---|---|"]
         for label, v in cfv.items():
-            lines.append(f"| {label} | {fmt(v['accuracy'])} | {fmt(v['brier'])} | "
-                         f"{v['base_rate_failed']:.2f} | {v['expected_agrees_with_rerun']:.2f} "
-                         f"| {v['accuracy']['n']} |")
+            lines.append(f"| {label} | {fmt(v['balanced_accuracy'])} | "
+                         f"{fmt(v['accuracy_fixed'])} | {fmt(v['accuracy_still_fails'])} | "
+                         f"{fmt(v['accuracy'])} | {fmt(v['brier'])} | {v['accuracy']['n']} |")
         lines.append("")
     mc = metrics.get("mcnemar", {})
     if mc:
@@ -148,20 +168,43 @@ def markdown_tables(metrics: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def per_family_table(records: pd.DataFrame) -> str:
-    """Failure accuracy per family (rows) and method (columns), as Markdown."""
+def per_family_table(records: pd.DataFrame, column: str = "failure_correct",
+                     failing_only: bool = False) -> str:
+    """Share of runs where ``column`` holds, per family (rows) and method (columns), as
+    Markdown with the runs behind each cell (``0.50 (2)``). ``column="cause_hit"`` is the
+    true cause at rank 1."""
     if records.empty:
         return ""
-    ok = records[records["error"] == ""]
-    piv = ok.pivot_table(index="family", columns="label", values="failure_correct",
-                         aggfunc="mean")
+    ok = records[records["error"] == ""] if "error" in records.columns else records
+    if failing_only:
+        ok = ok[ok["true_failure"] != HEALTHY]
+    if column == "cause_hit":
+        ok = ok.assign(cause_hit=ok["cause_rank"].astype(float) == 1.0)
+    if column not in ok.columns:
+        return ""
+    ok = ok[ok[column].notna()].assign(**{column: ok[column].astype(float)})
+    if ok.empty:
+        return ""
+    mean = ok.pivot_table(index="family", columns="label", values=column, aggfunc="mean")
+    count = ok.pivot_table(index="family", columns="label", values=column, aggfunc="count")
     truth = ok.groupby("family")["true_failure"].first()
-    lines = ["| family | truth | " + " | ".join(piv.columns) + " |",
-             "|---|---|" + "---|" * len(piv.columns)]
-    for fam, row in piv.iterrows():
+    lines = ["| family | truth | " + " | ".join(mean.columns) + " |",
+             "|---|---|" + "---|" * len(mean.columns)]
+    for fam, row in mean.iterrows():
         lines.append(f"| {fam} | {truth[fam]} | " + " | ".join(
-            "-" if pd.isna(v) else f"{v:.2f}" for v in row) + " |")
+            "-" if pd.isna(v) else f"{v:.2f} ({int(count.at[fam, c])})"
+            for c, v in row.items()) + " |")
     return "\n".join(lines)
+
+
+def per_family_tables(records: pd.DataFrame) -> str:
+    """Every table of :data:`PER_FAMILY`, each under its title."""
+    out = []
+    for column, title, failing in PER_FAMILY:
+        table = per_family_table(records, column, failing)
+        if table:
+            out += [f"### {title} per family", "", table, ""]
+    return "\n".join(out)
 
 
 # ----------------------------------------------------------------------------- figures
@@ -179,12 +222,17 @@ def plot_reliability(records: pd.DataFrame, path: Path, n_bins: int = 15) -> Pat
         t = t[t["count"] > 0]
         ax.bar(t["lower"], t["accuracy"], width=1 / n_bins, align="edge", alpha=0.7,
                edgecolor="k", label="accuracy")
+        for _, b in t.iterrows():  # runs per bin, so an empty-looking bar reads as 1 run
+            ax.text(b["lower"] + 0.5 / n_bins, min(b["accuracy"], 0.9) + 0.03,
+                    str(int(b["count"])), ha="center", fontsize=6)
         ax.plot([0, 1], [0, 1], "k--", lw=1)
         ax.scatter(t["mean_confidence"], t["accuracy"], s=8 + 4 * t["count"], c="C3", zorder=3,
                    label="mean confidence (size: runs)")
         ece = M.expected_calibration_error(g["confidence"].astype(float),
                                            g["failure_correct"].astype(bool), n_bins)
-        ax.set_title(f"{label}\nECE {ece:.3f}, n={len(g)}", fontsize=9)
+        sharp = M.sharpness(g["confidence"].astype(float))
+        ax.set_title(f"{label}\nECE {ece:.3f}, n={len(g)}; {sharp['distinct']} distinct "
+                     f"conf., std {sharp['std']:.2f}", fontsize=8)
         ax.set_xlim(0, 1)
         ax.set_ylim(0, 1.02)
         ax.set_xlabel("top-1 confidence")
@@ -281,14 +329,14 @@ def write_report(metrics: dict[str, Any], out: Path) -> Path:
              f"runs over {len(notes.get('families', []))} zoo families (score seeds "
              f"{s.get('score_seeds')}, fit seeds {s.get('fit_seeds')}), "
              f"{notes.get('n_counterfactual_reruns')} counterfactual re-runs, "
-             f"{notes.get('n_repair_reruns')} repair re-runs; harness wall time "
-             f"{notes.get('wall_s', float('nan')):.0f} s. Intervals: percentile bootstrap over "
-             f"runs, {s.get('n_resamples')} resamples, 95%.", ""]
+             f"{notes.get('n_repair_reruns')} repair re-runs. Intervals (95%): exact "
+             f"Clopper-Pearson for proportions, a percentile bootstrap over families "
+             f"({s.get('n_resamples')} resamples) otherwise. Times are in metrics.json "
+             f"(`timings`), not here, so this file is the same on every machine.", ""]
     if notes.get("methods_missing"):
         lines += ["Methods not available in this run: " + ", ".join(
             f"`{k}` ({v})" for k, v in notes["methods_missing"].items()), ""]
-    lines += [markdown_tables(metrics), "### Failure accuracy per family", "",
-              per_family_table(t.get("records", pd.DataFrame())), ""]
+    lines += [markdown_tables(metrics), per_family_tables(t.get("records", pd.DataFrame())), ""]
     for name, title in (("reliability", "Reliability of the top-1 confidence"),
                         ("ac_at_k", "Root cause in the top k"),
                         ("health_heatmaps", "Layer x step health (State Classifier), one run "

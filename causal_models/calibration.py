@@ -48,6 +48,8 @@ __all__ = [
     "Calibrator",
     "fit_calibrator",
     "expected_calibration_error",
+    "confidence_bins",
+    "binary_expected_calibration_error",
     "brier_score",
     "negative_log_likelihood",
     "calibration_report",
@@ -81,11 +83,25 @@ def expected_calibration_error(probs: np.ndarray, y: np.ndarray, n_bins: int = 1
     float
     """
     probs, y = _check(probs, y)
-    conf = probs.max(axis=1)
-    correct = (probs.argmax(axis=1) == y).astype(float)
-    idx = np.clip(np.ceil(conf * n_bins).astype(int) - 1, 0, n_bins - 1)
-    gap = np.bincount(idx, weights=correct - conf, minlength=n_bins)
-    return float(np.abs(gap).sum() / max(len(y), 1))
+    return binary_expected_calibration_error(probs.max(axis=1), probs.argmax(axis=1) == y,
+                                             n_bins)
+
+
+def confidence_bins(conf: np.ndarray, n_bins: int = 15) -> np.ndarray:
+    """Index of the equal-width bin of each confidence: bin ``b`` holds ``(b/n, (b+1)/n]``,
+    confidence 0 goes to bin 0 (the one binning rule of every ECE and reliability table)."""
+    conf = np.asarray(conf, dtype=float)
+    return np.clip(np.ceil(conf * n_bins).astype(int) - 1, 0, n_bins - 1)
+
+
+def binary_expected_calibration_error(conf: np.ndarray, correct: np.ndarray,
+                                      n_bins: int = 15) -> float:
+    """ECE of confidences ``conf`` given to answers that are ``correct`` (0/1): sum over the
+    bins of :func:`confidence_bins` of (bin share) x |accuracy - mean confidence|."""
+    conf = np.asarray(conf, dtype=float)
+    gap = np.bincount(confidence_bins(conf, n_bins),
+                      weights=np.asarray(correct, dtype=float) - conf, minlength=n_bins)
+    return float(np.abs(gap).sum() / max(len(conf), 1))
 
 
 def brier_score(probs: np.ndarray, y: np.ndarray) -> float:
@@ -137,14 +153,6 @@ def calibration_report(probs: np.ndarray, y: np.ndarray) -> dict[str, float]:
             "ece": expected_calibration_error(probs, y),
             "brier": brier_score(probs, y), "nll": negative_log_likelihood(probs, y),
             "n": int(len(y))}
-
-
-def _binary_ece(conf: np.ndarray, correct: np.ndarray, n_bins: int = 15) -> float:
-    """ECE (equal-width bins) of confidences ``conf`` of answers that are ``correct``."""
-    conf = np.asarray(conf, dtype=float)
-    idx = np.clip(np.ceil(conf * n_bins).astype(int) - 1, 0, n_bins - 1)
-    gap = np.bincount(idx, weights=np.asarray(correct, dtype=float) - conf, minlength=n_bins)
-    return float(np.abs(gap).sum() / max(len(conf), 1))
 
 
 def _shrink_healthy(probs: np.ndarray, healthy: int, shrink: float) -> np.ndarray:
@@ -291,7 +299,7 @@ def fit_calibrator(method: Literal["temperature", "isotonic", "none"], probs: np
                     gap = expected_calibration_error(q, y)
                     if healthy is not None:
                         label, conf = verdict(q, healthy)
-                        gap += _binary_ece(conf, label == y)
+                        gap += binary_expected_calibration_error(conf, label == y)
                     else:
                         label = q.argmax(axis=1)
                     candidates.append((float(np.mean(label == y)), gap,

@@ -8,16 +8,20 @@ The knobs act the same way on every family:
 - ``grad_clip``: ``clip_grad_norm_`` to that value before each optimizer step;
 - ``activation`` / ``normalization``: the model built with that activation / normalization.
 
-A run seeds python, numpy and torch once from its seed; the same family, severity, seed and
-knobs give the same statistics bit for bit (on one thread: set ``torch.set_num_threads(1)``,
-as the CLI and the suite do).
+A run seeds python, numpy and torch once from its seed, draws its batches from its own
+generator, and trains on one intra-op thread with torch's deterministic algorithms on
+(:func:`pinned_execution`, restored afterwards): the same family, severity, seed and knobs give
+the same statistics bit for bit whatever the caller's thread count, worker count or scheduling
+(measured: ``dead_relu_high_lr`` traces differed between 1 and 2 threads before).
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import random
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -36,7 +40,7 @@ from experiments.symptoms import onset_series
 from neuraldbg.knobs import Knobs, make_knobs
 
 __all__ = ["run_scenario", "run_counterfactual", "expected_outcome", "measure_onset",
-           "seed_everything", "zoo_fingerprint"]
+           "seed_everything", "pinned_execution", "zoo_fingerprint"]
 
 #: What a zoo run's trace depends on: the zoo, and every capture module that writes the trace.
 _FINGERPRINT_SOURCES = ("experiments", "neuraldbg/capture.py", "neuraldbg/trace.py",
@@ -71,6 +75,26 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % (2**32))
     torch.manual_seed(seed)
+
+
+@contextlib.contextmanager
+def pinned_execution() -> Iterator[None]:
+    """One intra-op thread and deterministic algorithms for the block, then restored.
+
+    A matrix product split over more threads sums in another order, so its float32 result
+    (and a knife-edge run's outcome) would depend on the machine's load and the worker count;
+    pinning inside the run, not in the caller, makes every entry point agree.
+    """
+    threads = torch.get_num_threads()
+    det = torch.are_deterministic_algorithms_enabled()
+    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(det, warn_only=warn_only)
+        torch.set_num_threads(threads)
 
 
 def _naive_cross_entropy(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -231,8 +255,15 @@ def run_scenario(family: str | FamilySpec, severity: float | None = None, seed: 
 
 def _run(spec: FamilySpec, sev: float, seed: int, out: str | os.PathLike[str] | None,
          every: int, kn: Knobs, *, with_onset: bool) -> ndb.Trace:
-    """Train one scenario (see :func:`run_scenario`); ``with_onset=False`` skips the healthy
-    twin a ``twin`` onset rule needs (the twin itself is made that way)."""
+    """Train one scenario (see :func:`run_scenario`) under :func:`pinned_execution`;
+    ``with_onset=False`` skips the healthy twin a ``twin`` onset rule needs (the twin itself
+    is made that way)."""
+    with pinned_execution():
+        return _train(spec, sev, seed, out, every, kn, with_onset=with_onset)
+
+
+def _train(spec: FamilySpec, sev: float, seed: int, out: str | os.PathLike[str] | None,
+           every: int, kn: Knobs, *, with_onset: bool) -> ndb.Trace:
     scen = build_scenario(spec, sev)
     arch = replace(scen.arch,
                    activation=kn.activation or scen.arch.activation,

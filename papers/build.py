@@ -30,7 +30,7 @@ HIGHER_IS_BETTER = {
     "failure_accuracy": True, "cause_ac@1": True, "cause_ac@3": True, "cause_mrr": True,
     "layer_accuracy": True, "layer_accuracy_local": True, "onset_hit": True,
     "healthy_fpr": False, "ece": False, "brier": False, "nll": False, "repair_rate": True,
-    "detection_median_latency": False,
+    "detection_median_latency": False, "confident_wrong": False,
 }
 NAMES = {"failure_accuracy": "failure accuracy", "cause_ac@1": "root-cause AC@1",
          "cause_ac@3": "root-cause AC@3", "cause_mrr": "root-cause MRR",
@@ -39,7 +39,8 @@ NAMES = {"failure_accuracy": "failure accuracy", "cause_ac@1": "root-cause AC@1"
          "onset_hit": "onset hit rate",
          "healthy_fpr": "healthy false-positive rate", "ece": "ECE", "brier": "Brier score",
          "nll": "NLL", "repair_rate": "repair rate",
-         "detection_median_latency": "median detection latency"}
+         "detection_median_latency": "median detection latency",
+         "confident_wrong": "confident-wrong rate"}
 
 
 def _v(m: dict[str, Any], key: str) -> float:
@@ -47,49 +48,106 @@ def _v(m: dict[str, Any], key: str) -> float:
     return math.nan if x is None else float(x)
 
 
+def _better(higher: bool, a: float, b: float) -> bool:
+    return a > b if higher else a < b
+
+
+def _disjoint(higher: bool, winner: dict[str, Any], loser: dict[str, Any]) -> bool:
+    """The winner's interval lies wholly on its better side of the loser's."""
+    if higher:
+        return (winner.get("low") or -math.inf) > (loser.get("high") or math.inf)
+    return (winner.get("high") or math.inf) < (loser.get("low") or -math.inf)
+
+
 def _findings(metrics: dict[str, Any]) -> list[str]:
-    """Sentences decided from the numbers: best method per metric, NeuralDBG's losses."""
+    """Findings decided from the numbers: one paragraph per question, not one line per pair."""
     methods = metrics.get("methods", {})
-    out: list[str] = []
     ours = [m for m in NEURALDBG if m in methods]
-    peers = [m for m in methods if m not in NEURALDBG]
+    peers = [m for m in methods if m not in NEURALDBG and not m.startswith("probabilistic")]
+    out: list[str] = []
+    wins, losses, sep_wins, sep_losses = [], [], [], []
     for key, higher in HIGHER_IS_BETTER.items():
-        vals = {m: _v(methods[m], key) for m in methods if not math.isnan(_v(methods[m], key))}
-        if not vals:
-            continue
-        best = (max if higher else min)(vals, key=vals.get)
-        line = (f"- **{NAMES[key]}**: best `{best}` ({R.fmt(methods[best][key])})")
-        losses = []
         for o in ours:
-            if o not in vals:
-                continue
             for p in peers:
-                if p in vals and ((vals[p] > vals[o]) if higher else (vals[p] < vals[o])):
-                    sep = ((methods[p][key].get("low") or -math.inf) > (
-                        methods[o][key].get("high") or math.inf)) if higher else (
-                        (methods[p][key].get("high") or math.inf) < (
-                            methods[o][key].get("low") or -math.inf))
-                    losses.append(f"`{o}` loses to `{p}` ({_fmt_pair(methods, o, p, key)}"
-                                  f"{', intervals disjoint' if sep else ', intervals overlap'})")
+                vo, vp = _v(methods[o], key), _v(methods[p], key)
+                if math.isnan(vo) or math.isnan(vp) or vo == vp:
+                    continue
+                if _better(higher, vo, vp):
+                    wins.append((key, o, p))
+                    if _disjoint(higher, methods[o][key], methods[p][key]):
+                        sep_wins.append((key, o, p))
+                else:
+                    losses.append((key, o, p))
+                    if _disjoint(higher, methods[p][key], methods[o][key]):
+                        sep_losses.append((key, o, p))
+    if wins or losses:
+        text = (f"- **Against the ported peers.** Over {len(HIGHER_IS_BETTER)} metrics, "
+                f"{len(ours)} NeuralDBG methods and {len(peers)} baselines, NeuralDBG scores "
+                f"better in {len(wins)} of {len(wins) + len(losses)} pairings; in "
+                f"{len(sep_wins)} of them the 95% intervals are disjoint.")
         if losses:
-            line += "; " + "; ".join(losses)
-        out.append(line + ".")
+            worst: dict[tuple[str, str], str] = {}  # (metric, ours) -> the best peer above it
+            for key, o, p in losses:
+                best = worst.get((key, o))
+                if best is None or _better(HIGHER_IS_BETTER[key], _v(methods[p], key),
+                                           _v(methods[best], key)):
+                    worst[(key, o)] = p
+            text += (f" It scores worse in {len(losses)} pairings, against these best peers: "
+                     + "; ".join(f"{NAMES[k]}, `{o}` {_fmt_pair(methods, o, p, k)} `{p}`"
+                                 for (k, o), p in worst.items()))
+            text += (f". Of these, {len(sep_losses)} have disjoint intervals"
+                     + (" (" + ", ".join(f"{NAMES[k]}: `{o}` vs `{p}`"
+                                         for k, o, p in sep_losses) + ")" if sep_losses else "")
+                     + "; the rest are within the noise of this sample.")
+        out.append(text)
+    cw = {m: methods[m].get("confident_wrong") for m in methods if methods[m].get(
+        "confident_wrong")}
+    if cw:
+        best = min(cw, key=lambda m: cw[m]["value"] if cw[m]["value"] is not None else 9)
+        worst = max(cw, key=lambda m: cw[m]["value"] if cw[m]["value"] is not None else -1)
+        out.append(f"- **Confident and wrong.** The cost of trusting a tool is a confident "
+                   f"wrong cause: `{best}` names a specific wrong cause at confidence >= 0.5 on "
+                   f"{R.fmt(cw[best])} of failing runs, `{worst}` on {R.fmt(cw[worst])}. Rule "
+                   f"baselines answer at confidence 1, so every wrong cause they name counts.")
+    sharp = {m: methods[m].get("sharpness_distinct", {}).get("value") for m in methods}
+    flat = [m for m, v in sharp.items() if v is not None and v <= 2]
+    if sharp:
+        out.append("- **Sharpness beside calibration.** Distinct top-1 confidence values: "
+                   + ", ".join(f"`{m}` {int(v)}" for m, v in sharp.items() if v is not None)
+                   + (f". {', '.join(f'`{m}`' for m in flat)} give at most two values, so "
+                      "their ECE says little: a constant answer can be calibrated and useless."
+                      if flat else "."))
     mc = metrics.get("mcnemar", {})
-    for name, r in mc.items():
-        verdict = ("a significant difference" if r["pvalue"] < 0.05
-                   else "no significant difference")
-        if r["a_only"] == r["b_only"] == 0:
-            verdict = "the two are right on exactly the same runs"
-        out.append(f"- McNemar, {name}: heuristic alone right on {r['a_only']} runs, "
-                   f"probabilistic alone on {r['b_only']} (p = {r['pvalue']:.3g}): {verdict} "
-                   f"at the 5% level.")
-    for label, v in metrics.get("counterfactual_validity", {}).items():
-        acc = v["accuracy"]
-        out.append(f"- Counterfactuals, `{label}`: `what_if` agreed with the real re-run in "
-                   f"{R.fmt(acc)} of {acc['n']} cases (Brier {R.fmt(v['brier'])}); "
-                   f"{v['base_rate_failed']:.2f} of the re-runs failed, so always predicting "
-                   f"the majority outcome would score "
-                   f"{max(v['base_rate_failed'], 1 - v['base_rate_failed']):.2f}.")
+    if mc:
+        parts = []
+        for name, r in mc.items():
+            verdict = ("significant" if r["pvalue"] < 0.05 else "not significant")
+            if r["a_only"] == r["b_only"] == 0:
+                verdict = "right on the same runs"
+            pair, metric = name.split(": ", 1)
+            parts.append(f"{NAMES.get(metric, metric)}, `{pair.split(' vs ')[1]}`: "
+                         f"{r['a_only']} runs only the heuristic gets right, {r['b_only']} only "
+                         f"the probabilistic model (p = {r['pvalue']:.3g}, {verdict})")
+        out.append("- **Heuristic vs probabilistic, run by run (McNemar, exact).** "
+                   + "; ".join(parts) + ".")
+    cfv = metrics.get("counterfactual_validity", {})
+    ours_cf = {k: v for k, v in cfv.items() if k.startswith("probabilistic")}
+    base_cf = {k: v for k, v in cfv.items() if not k.startswith("probabilistic")}
+    if ours_cf:
+        text = ("- **Counterfactuals.** Balanced accuracy of `what_if` against real re-runs: "
+                + "; ".join(f"`{k}` {R.fmt(v['balanced_accuracy'])} (fixes "
+                            f"{R.fmt(v['accuracy_fixed'])}, still-fails "
+                            f"{R.fmt(v['accuracy_still_fails'])})" for k, v in ours_cf.items()))
+        if base_cf:
+            text += ("; the baselines score " + ", ".join(
+                f"`{k}` {R.fmt(v['balanced_accuracy'])}" for k, v in base_cf.items()))
+            best_base = max(_v(v, "balanced_accuracy") for v in base_cf.values())
+            beat = [k for k, v in ours_cf.items() if _v(v, "balanced_accuracy") > best_base]
+            text += (". " + (f"{', '.join(f'`{k}`' for k in beat)} beat the best baseline "
+                             "on the point estimate" if beat else
+                             "No `what_if` split beats the best baseline")
+                     + " (intervals resample families)")
+        out.append(text + ".")
     missing = metrics.get("notes", {}).get("methods_missing", {})
     for name, why in missing.items():
         out.append(f"- `{name}` could not run in this benchmark ({why}); it has no figures here.")
@@ -104,16 +162,10 @@ def _limitations(metrics: dict[str, Any]) -> list[str]:
     s = metrics.get("suite", {})
     notes = metrics.get("notes", {})
     out = [
-        "- The heuristic reasoner's rules and thresholds were written by people who knew the "
-        "zoo's failure list, and the zoo was built to exercise them: the held-out splits "
-        "protect the fitted probabilistic model from its training data, not the rules from "
-        "their authors. Its scores are the upper end of what to expect on unseen failures.",
-        f"- Small samples: {notes.get('n_score_runs')} scored runs; intervals are wide and "
-        "runs of one family are correlated (the bootstrap resamples runs, not families, so the "
-        "intervals are if anything too narrow).",
-        "- The zoo's faults are injected and its models small (CPU, a few hundred steps); real "
-        "failures are messier, and the peers' published numbers (Keras programs) are not "
-        "comparable one to one.",
+        f"- Small samples: {notes.get('n_score_runs')} scored runs over "
+        f"{len(notes.get('families', []))} families; intervals are wide. Proportions carry "
+        "exact intervals that treat runs as independent, though runs of one family are "
+        "correlated; the other figures resample whole families.",
         "- The baselines are ports from published rule descriptions onto NeuralDBG's "
         "statistics; where the trace lacks a peer's quantity (accuracy, pre-activations) the "
         "nearest recorded one stands in, and a fixed symptom-to-cause table, not the peers, "
@@ -147,8 +199,9 @@ def _suite_description(metrics: dict[str, Any]) -> str:
             + f". Unfitted methods are scored on the same "
             f"runs. {n.get('n_counterfactual_reruns')} counterfactual re-runs (seeds "
             f"{s.get('counterfactual_seeds')}) and {n.get('n_repair_reruns')} repair re-runs "
-            f"(seeds {s.get('repair_seeds')}). Benchmark wall time "
-            f"{(n.get('total_wall_s') or n.get('wall_s') or float('nan')):.0f} s.")
+            f"(seeds {s.get('repair_seeds')}). Every run trains on one thread with "
+            f"deterministic algorithms, so the numbers do not depend on the worker count; "
+            f"times are in `metrics.json` (`timings`), not here.")
 
 
 def _abstract(metrics: dict[str, Any]) -> str:
@@ -159,13 +212,13 @@ def _abstract(metrics: dict[str, Any]) -> str:
             parts.append(f"`{label}` reaches failure accuracy {R.fmt(m[label]['failure_accuracy'])}"
                          f", root-cause AC@1 {R.fmt(m[label]['cause_ac@1'])} and ECE "
                          f"{R.fmt(m[label]['ece'])}")
-    peers = [k for k in m if k not in NEURALDBG]
+    peers = [k for k in m if k not in NEURALDBG and not k.startswith("probabilistic")]
     if peers:
         best = max(peers, key=lambda k: _v(m[k], "failure_accuracy"))
         parts.append(f"the best ported baseline (`{best}`) reaches failure accuracy "
                      f"{R.fmt(m[best]['failure_accuracy'])} and AC@1 "
                      f"{R.fmt(m[best]['cause_ac@1'])}")
-    return ("On this benchmark, " + "; ".join(parts) + " (95% bootstrap intervals).") if parts \
+    return ("On this benchmark, " + "; ".join(parts) + " (95% intervals).") if parts \
         else ""
 
 
@@ -190,7 +243,7 @@ def build(results: Path, out: Path) -> Path:
         abstract_results=_abstract(metrics),
         suite_description=_suite_description(metrics),
         tables=R.markdown_tables(metrics),
-        per_family=R.per_family_table(tables.get("records", pd.DataFrame())),
+        per_family=R.per_family_tables(tables.get("records", pd.DataFrame())),
         findings="\n".join(_findings(metrics)),
         limitations="\n".join(_limitations(metrics)),
     )

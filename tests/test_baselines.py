@@ -149,3 +149,28 @@ def test_anomaly_rank_points_at_the_broken_layer(runs: dict[str, Trace]) -> None
     assert d[0].origin_step == 0 and d[0].confidence >= 0.5
     # a rise every layer shares is discounted: the slowly learning run is not flagged
     assert all(h.confidence < 0.5 for h in ar.explain(runs["low"]))
+
+
+def test_sagemaker_debugger_rules_on_their_runs(runs: dict[str, Trace]) -> None:
+    from benchmarks.baselines.sagemaker_debugger import SageMakerDebuggerBaseline
+
+    sm = SageMakerDebuggerBaseline()
+    # dead_relu: the second ReLU ("3") has > 50% units dead for the whole batch from step 0
+    fired = sm.fired(runs["dead"])
+    assert fired["dead_relu"][:2] == ("dead_neurons", 0) and fired["dead_relu"][2] == "3"
+    # exploding_tensor is ranked first when the loss goes non-finite
+    ex = sm.explain(runs["explode"])
+    assert ex[0].failure_type == "loss_divergence"
+    assert "exploding_tensor" in sm.fired(runs["explode"])
+    # an 8-deep sigmoid stack: the first layer's gradient RMS is below 1e-7 from step 0
+    v = sm.explain(runs["vanish"])
+    assert v[0].failure_type == "vanishing_gradients" and v[0].origin_layer == "0"
+    assert sm.fired(runs["vanish"])["vanishing_gradient"][1] == 0
+    # lr 1e-7: updates 1e-8 of the weights trip weight_update_ratio's small_threshold
+    assert sm.fired(runs["low"])["weight_update_ratio"][0] == "training_plateau"
+    # the healthy run trips none of the tensor rules at their documented defaults ...
+    healthy = sm.fired(runs["healthy"])
+    assert not {"exploding_tensor", "vanishing_gradient", "dead_relu"} & set(healthy)
+    # ... and the thresholds are live: loosened, vanishing_gradient fires on it too
+    assert "vanishing_gradient" in SageMakerDebuggerBaseline(vanishing_threshold=10.0).fired(
+        runs["healthy"])

@@ -75,7 +75,8 @@ def bench(tmp_path_factory: pytest.TempPathFactory) -> harness.BenchmarkResult:
 
     out = tmp_path_factory.mktemp("bench")
     suite = SUITES["tiny"].with_(name="tiny-test", latency=True, n_resamples=100,
-                                 splits=("architecture",))
+                                 splits=("architecture", "family"),
+                                 ablations=(("no-rule-sensor", (("rule_evidence", False),)),))
     methods = ["_oracle", "_constant", "heuristic", "autotrainer", "probabilistic"]
     return harness.run_benchmark(suite, out / "tiny", executor=LocalExecutor(1, progress=False),
                                  run_dir=out / "runs", methods=methods)
@@ -241,3 +242,38 @@ def test_suggested_fixes() -> None:
     # a causal model picks, among its causes' fixes, the one its what_if likes best
     fix, p = harness._best_fix_by_what_if(_WhatIf(), None, hyps)
     assert fix == {"init_scale": 0.1} and p == 0.2
+
+
+def test_progress_prints_lines_when_output_is_not_a_terminal(capsys) -> None:  # noqa: ANN001
+    LocalExecutor(1, progress=True).map([(json.dumps, {"obj": i}) for i in range(20)],
+                                        description="zoo runs")
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0] == "zoo runs: 20 tasks"
+    assert lines[-1].startswith("zoo runs: 20/20 done")
+    assert 3 <= len(lines) <= 12  # every 10% of the tasks, not one line per task
+
+
+def test_address_needs_the_ray_backend() -> None:
+    from benchmarks.executor import make_executor
+
+    with pytest.raises(ValueError, match="needs backend='ray'"):
+        make_executor("local", address="auto")
+
+
+def test_ablation_rows_score_the_same_runs_with_the_switch_live(
+        bench: harness.BenchmarkResult) -> None:
+    rec = bench.records[bench.records["error"] == ""]
+    full = rec[rec["label"] == "probabilistic[family]"].set_index("run")
+    abl = rec[rec["label"] == "probabilistic[family/no-rule-sensor]"].set_index("run")
+    assert len(abl) and sorted(abl.index) == sorted(full.index)
+    # the ablated model does not observe the heuristic's verdict; the full model does
+
+    def observed(frame: pd.DataFrame) -> set[str]:
+        return {k for h in frame["hypotheses"] for hyp in json.loads(h)[:1]
+                for k in hyp["metadata"].get("evidence", {})}
+
+    assert "rule_failure" in observed(full)
+    assert "rule_failure" not in observed(abl) and observed(abl)
+    metrics = harness.compute_metrics(bench)
+    assert "probabilistic[family/no-rule-sensor]" in metrics["methods"]
+    assert not [k for k in metrics["mcnemar"] if "/" in k]  # McNemar: heuristic vs main rows

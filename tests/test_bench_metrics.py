@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from benchmarks import metrics as M
+from benchmarks import stats as S
 from neuraldbg.records import Hypothesis
 
 
@@ -34,8 +35,8 @@ def test_brier_and_nll_by_hand() -> None:
     assert M.brier_score(CONF, CORRECT) == pytest.approx((0.01 + 0.81 + 0.38**2 + 0.01) / 4)
     nll = -(math.log(0.9) + math.log(0.1) + math.log(0.62) + math.log(0.9)) / 4
     assert M.negative_log_likelihood(CONF, CORRECT) == pytest.approx(nll)
-    # a certain wrong answer is clipped, not infinite
-    assert M.negative_log_likelihood([1.0], [False]) == pytest.approx(-math.log(1e-6))
+    # a certain wrong answer is clipped (as causal_models.calibration clips), not infinite
+    assert M.negative_log_likelihood([1.0], [False]) == pytest.approx(-math.log(1e-12))
     with pytest.raises(ValueError, match=r"\[0, 1\]"):
         M.brier_score([1.5], [True])
     assert M.brier_score([1.0000000000000002], [True]) == 0.0  # round-off is clipped
@@ -92,14 +93,48 @@ def test_mcnemar_by_hand() -> None:
     assert M.mcnemar_test([1, 0], [1, 0])["pvalue"] == 1.0
 
 
-def test_bootstrap_interval_is_seeded_and_sensible() -> None:
-    x = np.array([0.0, 1.0] * 50)
-    est, lo, hi = M.bootstrap_ci({"x": x}, lambda x: np.mean(x), n_resamples=2000, seed=1)
-    assert est == 0.5
-    # normal approximation: 1.96 * sqrt(0.25 / 100) = 0.098
-    assert 0.39 < lo < 0.42 and 0.58 < hi < 0.61
-    assert M.bootstrap_ci({"x": x}, lambda x: np.mean(x), n_resamples=2000, seed=1) == (est, lo, hi)
-    assert M.bootstrap_ci({"x": np.ones(7)}, lambda x: np.mean(x)) == (1.0, 1.0, 1.0)
+def test_exact_interval_is_not_degenerate_at_the_edges() -> None:
+    # EVALUATION: 28/28 reads [0.88, 1.00] and 0/16 reads [0.00, 0.21] (Clopper-Pearson)
+    all_right = S.proportion_interval(np.ones(28, dtype=bool))
+    assert all_right["value"] == 1.0 and all_right["high"] == 1.0
+    assert all_right["low"] == pytest.approx(0.8766, abs=1e-4)
+    none = S.proportion_interval(np.zeros(16, dtype=bool))
+    assert none["low"] == 0.0 and none["high"] == pytest.approx(0.2059, abs=1e-4)
+    assert S.proportion_interval([])["n"] == 0 and math.isnan(S.proportion_interval([])["value"])
+    # NaN entries (metric undefined on that run) are dropped, not counted as misses
+    assert S.proportion_interval([1.0, np.nan, 0.0])["n"] == 2
+
+
+def test_family_bootstrap_resamples_whole_families() -> None:
+    # two families, perfectly correlated inside: the spread is that of 2 draws, not 100
+    x = np.array([0.0] * 50 + [1.0] * 50)
+    fam = np.array(["a"] * 50 + ["b"] * 50)
+    res = S.family_bootstrap({"x": x}, lambda x: np.mean(x), fam, n_resamples=2000, seed=1)
+    assert res["value"] == 0.5 and res["n_groups"] == 2
+    assert res["low"] == 0.0 and res["high"] == 1.0  # a run bootstrap would give ~[0.4, 0.6]
+    again = S.family_bootstrap({"x": x}, lambda x: np.mean(x), fam, n_resamples=2000, seed=1)
+    assert again == res
+    one = S.family_bootstrap({"x": x}, lambda x: np.mean(x), ["a"] * 100)
+    assert math.isnan(one["low"])  # one family: no interval rather than a false one
+    with pytest.raises(ValueError, match="differ in length"):
+        S.family_bootstrap({"x": x}, lambda x: np.mean(x), ["a"])
+
+
+def test_sharpness_counts_distinct_confidences() -> None:
+    assert M.sharpness([0.7, 0.7, 0.7]) == {"distinct": 1, "std": pytest.approx(0.0)}
+    assert M.sharpness([0.5, 1.0])["std"] == pytest.approx(0.25)
+
+
+def test_confident_wrong_counts_specific_wrong_causes_only() -> None:
+    truth = {"failure_type": "dead_neurons", "root_cause": "negative_bias_init",
+             "origin_layers": [], "onset_step": None, "onset_tolerance": 0}
+    assert M.score_run([H("dead_neurons", "learning_rate_too_high", 0.8)], truth)[
+        "confident_wrong"] is True
+    assert M.score_run([H("dead_neurons", "unknown", 0.9)], truth)["confident_wrong"] is False
+    assert M.score_run([H("dead_neurons", "learning_rate_too_high", 0.4)], truth)[
+        "confident_wrong"] is False
+    assert M.score_run([H("dead_neurons", "negative_bias_init", 0.9)], truth)[
+        "confident_wrong"] is False
 
 
 def test_summarize_by_hand() -> None:
@@ -118,7 +153,9 @@ def test_summarize_by_hand() -> None:
         dict(true_failure="healthy", failure_correct=True, cause_rank=np.nan, layer_correct=None,
              onset_hit=None, onset_error=np.nan, flagged=False, confidence=1.0, latency=np.nan),
     ]
-    s = M.summarize(pd.DataFrame(rows), n_resamples=200)
+    frame = pd.DataFrame(rows).assign(family=["f1", "f2", "h1", "h2"],
+                                      confident_wrong=[False, True, None, None])
+    s = M.summarize(frame, n_resamples=200)
     assert s["failure_accuracy"]["value"] == 0.5
     assert s["failure_accuracy_failing"]["value"] == 0.5
     assert s["cause_ac@1"]["value"] == 0.5 and s["cause_ac@3"]["value"] == 1.0
@@ -129,15 +166,26 @@ def test_summarize_by_hand() -> None:
     assert s["detection_median_latency"]["value"] == 1.0
     assert s["healthy_fpr"]["value"] == 0.5
     assert s["brier"]["value"] == pytest.approx((0.04 + 0.36 + 0.49 + 0.0) / 4)
+    assert s["confident_wrong"]["value"] == 0.5 and s["confident_wrong"]["n"] == 2
+    assert s["sharpness_distinct"]["value"] == 4
+    assert s["cause_ac@1"]["interval"] == "clopper-pearson"
+    assert s["cause_mrr"]["interval"] == "family bootstrap"
     for v in s.values():
         assert v["low"] <= v["value"] <= v["high"] or math.isnan(v["low"])
 
 
 def test_counterfactual_validity_and_repair_by_hand() -> None:
-    cases = pd.DataFrame({"p_failure": [0.9, 0.2, 0.6, 0.1],
-                          "actual_failure": [True, False, False, True]})
+    cases = pd.DataFrame({"p_failure": [0.9, 0.2, 0.6, 0.1, 0.8],
+                          "actual_failure": [True, False, False, True, True],
+                          "family": ["a", "a", "b", "b", "c"]})
     v = M.counterfactual_validity(cases, n_resamples=100)
-    assert v["accuracy"]["value"] == 0.5
-    assert v["brier"]["value"] == pytest.approx((0.01 + 0.04 + 0.36 + 0.81) / 4)
-    r = M.repair_rate(pd.DataFrame({"repaired": [True, False, True]}), n_resamples=100)
-    assert r["value"] == pytest.approx(2 / 3)
+    assert v["accuracy"]["value"] == 0.6
+    assert v["accuracy_still_fails"]["value"] == pytest.approx(2 / 3)  # 0.9, 0.8 right; 0.1 not
+    assert v["accuracy_fixed"]["value"] == 0.5  # 0.2 right, 0.6 wrong
+    assert v["balanced_accuracy"]["value"] == pytest.approx((2 / 3 + 0.5) / 2)
+    assert v["brier"]["value"] == pytest.approx((0.01 + 0.04 + 0.36 + 0.81 + 0.04) / 5)
+    # the constant "still fails" answer scores 0.5 balanced, whatever the base rate
+    const = cases.assign(p_failure=1.0)
+    assert M.counterfactual_validity(const)["balanced_accuracy"]["value"] == 0.5
+    r = M.repair_rate(pd.DataFrame({"repaired": [True, False, True]}))
+    assert r["value"] == pytest.approx(2 / 3) and r["k"] == 2

@@ -1,9 +1,10 @@
 """Peer methods ported as baselines, each registered as a diagnosis method by name.
 
 ``autotrainer`` (AutoTrainer's monitor rules), ``deepdiagnosis`` (DeepDiagnosis's symptom
-checks) and ``anomaly_rank`` (layers ranked by a robust anomaly score). Each is written from
-the rule description in EVALUATION.md, with no peer code, and maps its output onto the
-contract's :class:`~neuraldbg.records.Hypothesis`, so the harness compares every method
+checks), ``sagemaker_debugger`` (Amazon SageMaker Debugger's built-in rules at their
+documented defaults) and ``anomaly_rank`` (layers ranked by a robust anomaly score). Each is
+written from the published rule descriptions (docs/evaluation.md), with no peer code, and
+maps its output onto the contract's :class:`~neuraldbg.records.Hypothesis`, so the harness compares every method
 through ``explain(trace) -> list[Hypothesis]``.
 """
 
@@ -11,9 +12,12 @@ from benchmarks.baselines._registry import get_method, list_methods, register_me
 from benchmarks.baselines.anomaly_rank import AnomalyRankBaseline
 from benchmarks.baselines.autotrainer import AutoTrainerBaseline
 from benchmarks.baselines.deepdiagnosis import DeepDiagnosisBaseline
+from benchmarks.baselines.sagemaker_debugger import SageMakerDebuggerBaseline
 
-__all__ = ["AutoTrainerBaseline", "DeepDiagnosisBaseline", "AnomalyRankBaseline",
+__all__ = ["AutoTrainerBaseline", "DeepDiagnosisBaseline", "SageMakerDebuggerBaseline",
+           "AnomalyRankBaseline",
            "BASELINES", "get_method", "list_methods", "register_method"]
 
 #: Registered names of the baselines.
-BASELINES: tuple[str, ...] = ("autotrainer", "deepdiagnosis", "anomaly_rank")
+BASELINES: tuple[str, ...] = ("autotrainer", "deepdiagnosis", "sagemaker_debugger",
+                               "anomaly_rank")

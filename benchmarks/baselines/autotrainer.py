@@ -1,8 +1,8 @@
 """AutoTrainer's monitor rules (Zhang et al., ICSE 2021), ported onto NeuralDBG traces.
 
-Written from the rule description in EVALUATION.md; no AutoTrainer code is used. AutoTrainer
-watches a Keras run per epoch; a trace has steps, so an "epoch" here is one of
-``n_epochs`` equal blocks of steps and the loss stands in for the accuracy it watches.
+Written from the rule description in docs/evaluation.md ("Peer rule sets"); no AutoTrainer
+code is used. AutoTrainer watches a Keras run per epoch; a trace has steps, so an "epoch" here
+is one of ``n_epochs`` equal blocks of steps and the loss stands in for the accuracy it watches.
 
 Rules (defaults are AutoTrainer's):
 

@@ -1,6 +1,7 @@
 """DeepDiagnosis's symptom checks (Wardat et al., ICSE 2022), ported onto NeuralDBG traces.
 
-Written from the rule description in EVALUATION.md; no DeepDiagnosis code is used.
+Written from the rule description in docs/evaluation.md ("Peer rule sets"); no DeepDiagnosis
+code is used.
 DeepDiagnosis checks every recorded step and stops at the first symptom it finds; so does
 this port. Checks, in order, on each recorded step:
 
