@@ -16,6 +16,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
+from neuraldbg.knobs import KNOBS
+
 __all__ = ["main", "build_parser"]
 
 _DESCRIPTION = """\
@@ -29,8 +31,6 @@ RUN is a trace directory written by NeuralDbg(out=...) or trace.save(...).
   report   a self-contained HTML report (or a PNG summary with --format png)
   export   the run as TensorBoard event files (needs neuraldbg[tensorboard])
 """
-_ACTIVATIONS = ("relu", "leaky_relu", "gelu", "tanh", "sigmoid")
-_NORMALIZATIONS = ("batch", "layer", "none")
 #: Hypotheses ``explain`` prints without ``--all``.
 SHOWN = 5
 
@@ -80,19 +80,15 @@ def build_parser() -> argparse.ArgumentParser:
         "trace by the probabilistic causal model (no re-training). Knobs are relative to the "
         "run as it happened; give at least one.")
     g = p_what.add_argument_group("knobs")
-    g.add_argument("--lr-scale", dest="lr_scale", type=_positive, metavar="K",
-                   help="every learning rate multiplied by K (e.g. 0.1: ten times lower)")
-    g.add_argument("--init-scale", dest="init_scale", type=_positive, metavar="K",
-                   help="initial weight matrices and kernels multiplied by K")
-    g.add_argument("--input-scale", dest="input_scale", type=_positive, metavar="K",
-                   help="every input batch multiplied by K")
-    g.add_argument("--grad-clip", dest="grad_clip", type=_positive, metavar="C",
-                   help="total gradient norm clipped to C before each optimizer step")
-    g.add_argument("--activation", choices=_ACTIVATIONS,
-                   help="saturating or rectifying activations replaced by this one: "
-                   + ", ".join(_ACTIVATIONS))
-    g.add_argument("--normalization", choices=_NORMALIZATIONS,
-                   help="normalization after each hidden layer: " + ", ".join(_NORMALIZATIONS))
+    for knob in KNOBS.values():  # one record per knob (neuraldbg.knobs)
+        flag = "--" + knob.name.replace("_", "-")
+        if knob.kind == "choice":
+            g.add_argument(flag, dest=knob.name, choices=knob.choices,
+                           help=f"{knob.description}: " + ", ".join(knob.choices))
+        else:
+            g.add_argument(flag, dest=knob.name, type=_positive,
+                           metavar="K" if knob.kind == "multiplier" else "C",
+                           help=f"{knob.description} ({knob.allowed()})")
     sub.add_parser("graph", help="the causal graph as Mermaid text",
                    description="Print the causal graph of the heuristic diagnosis as Mermaid "
                    "flowchart text (a DAG: an arrow means 'came first and led to').")
@@ -213,9 +209,7 @@ def _cmd_what_if(trace: Any, args: argparse.Namespace) -> None:
     import neuraldbg as ndb
     from neuraldbg.reporting.words import knobs_words, what_if_meaning
 
-    names = ("lr_scale", "init_scale", "input_scale", "grad_clip", "activation",
-             "normalization")
-    knobs = {k: getattr(args, k) for k in names if getattr(args, k) is not None}
+    knobs = {k: getattr(args, k) for k in KNOBS if getattr(args, k) is not None}
     if not knobs:
         raise UsageError("what-if needs at least one knob, e.g. --lr-scale 0.1 (see "
                          "'neuraldbg what-if --help' for the knobs and their values)")
