@@ -88,7 +88,8 @@ def build_parser() -> argparse.ArgumentParser:
         else:
             g.add_argument(flag, dest=knob.name, type=_positive,
                            metavar="K" if knob.kind == "multiplier" else "C",
-                           help=f"{knob.description} ({knob.allowed()})")
+                           help=knob.description + (" (K > 0)" if knob.kind == "multiplier"
+                                                    else " (C > 0)"))
     sub.add_parser("graph", help="the causal graph as Mermaid text",
                    description="Print the causal graph of the heuristic diagnosis as Mermaid "
                    "flowchart text (a DAG: an arrow means 'came first and led to').")

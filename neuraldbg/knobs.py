@@ -95,7 +95,7 @@ class Knob:
 
 #: The contract's knobs, in the order the contract lists them.
 KNOBS: dict[str, Knob] = {k.name: k for k in (
-    Knob("lr_scale", "multiplier", "every learning rate of the run multiplied by k, the "
+    Knob("lr_scale", "multiplier", "every learning rate multiplied by k, the "
          "whole schedule included", node="lr_level", level_width=1.0),
     Knob("init_scale", "multiplier", "the initial weight matrices and kernels (ndim >= 2) "
          "multiplied by k", node="init_level", level_width=0.5),

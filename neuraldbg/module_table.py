@@ -60,8 +60,8 @@ def _row_of(model: nn.Module) -> dict[str, str]:
             folded[f"{name}.{child}" if name else child] = name
         is_leaf = next(mod.children(), None) is None
         owns = next(mod.parameters(recurse=False), None) is not None
-        if name and (is_leaf or owns or _folded_children(mod)):
-            rows[name] = name
+        if (name and (is_leaf or owns or _folded_children(mod))) or (not name and is_leaf):
+            rows[name] = name  # a model that is one module (an nn.Linear) is its own row
     return rows
 
 
@@ -71,8 +71,9 @@ def _ancestors(name: str) -> list[str]:
 
 
 def monitored_modules(model: nn.Module) -> list[tuple[str, nn.Module]]:
-    """Modules that get a row: leaves and non-root modules owning parameters directly,
-    without the children folded into a functional parent; ``named_modules()`` order."""
+    """Modules that get a row: leaves (the root too, when the model is a single module) and
+    non-root modules owning parameters directly, without the children folded into a
+    functional parent; ``named_modules()`` order."""
     rows = _row_of(model)
     return [(name, mod) for name, mod in model.named_modules() if rows.get(name) == name]
 
