@@ -90,7 +90,6 @@ def zoo_version() -> str:
 
 
 def _run_one(spec: dict[str, Any], path: str) -> str:
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
     torch.set_num_threads(1)
     out = Path(path)
     if (out / "DONE").is_file():

@@ -36,7 +36,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from neuraldbg.records import HEALTHY, extend_vocabulary, retract_vocabulary
+from neuraldbg.records import extend_vocabulary, retract_vocabulary
 
 __all__ = [
     "FailureMode",

@@ -30,7 +30,7 @@ from neuraldbg.states import (  # noqa: E402
     StateTable,
     classify_states,
 )
-from neuraldbg.trace import Trace, load_trace  # noqa: E402
+from neuraldbg.trace import load_trace  # noqa: E402
 
 __all__ = ["STATE_NAMES", "HEALTH_COLORS", "MAX_COLUMNS", "HeatmapPanel", "health_matrix",
            "bin_steps", "plot_loss", "plot_heatmap", "plot_health", "plot_causal_graph",
