@@ -205,6 +205,9 @@ class Discretized:
         Located onset (no ground truth used), or None when the run shows none.
     features : dict of str to float
         The continuous value behind each state (log10 units as in :class:`Bins`).
+    events : dict of str to (str, int)
+        Failure type -> (layer, step) of the first event of that failure the rules' event
+        extractor found at module resolution (filled by the reasoner; empty here).
     """
 
     states: dict[str, str]
@@ -212,6 +215,7 @@ class Discretized:
     blocks: tuple[tuple[str, ...], ...]
     onset_step: int | None
     features: dict[str, float] = field(default_factory=dict)
+    events: dict[str, tuple[str, int]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain-dict form."""

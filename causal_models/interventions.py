@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import math
 import warnings
+import weakref
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -55,6 +56,7 @@ import numpy as np
 import pandas as pd
 
 from causal_models import placement
+from causal_models.discretize import slice_node
 from causal_models.evidence import sigmoid_decay_state
 from causal_models.registry import KNOB_NODES
 from causal_models.structure import LEVEL_NODES, LEVEL_WIDTH
@@ -149,7 +151,9 @@ def intervene(reasoner: ProbabilisticReasoner, do: dict[str, str],
     do : dict of str to str
         Nodes to set and their states: knob nodes (``lr_level``, ``init_level``,
         ``input_level``, ``activation``, ``normalization``, ``clipping``), context, traits,
-        fault nodes or ``root_cause``.
+        fault nodes, ``root_cause``, or a layer state of one slice (``grad[0]@1``: graph
+        surgery cuts the node from its parents, so the failure downstream moves and the
+        causes upstream do not).
     evidence : dict of str to str, optional
         Observed states of other nodes.
 
@@ -166,7 +170,8 @@ def intervene(reasoner: ProbabilisticReasoner, do: dict[str, str],
     reasoner._check_fitted()
     states = reasoner.structure_.states
     allowed = [n for n, r in reasoner.structure_.roles.items()
-               if r in ("knob", "latent_knob", "context", "trait", "fault", "root_cause")]
+               if r in ("knob", "latent_knob", "context", "trait", "fault", "root_cause",
+                        "slice")]
     for node, value in {**do, **(evidence or {})}.items():
         if node not in states:
             raise ValueError(f"Unknown node {node!r}. Nodes that can be set: {allowed}.")
@@ -174,6 +179,9 @@ def intervene(reasoner: ProbabilisticReasoner, do: dict[str, str],
             raise ValueError(f"Invalid state {value!r} for node {node!r}. Valid states are: "
                              f"{list(states[node])}.")
     for node in do:
+        if node in (evidence or {}):
+            raise ValueError(f"{node!r} is both set by do() and observed in evidence; "
+                             "an intervened node is not evidence. Drop it from one of them.")
         if node not in allowed:
             raise ValueError(f"do() on {node!r} is not supported. Nodes that can be set: "
                              f"{allowed}.")
@@ -266,12 +274,12 @@ def _clipping_under(trace: Trace, clip: float, evidence: dict[str, str],
     return clipping_state(clip_share(norms, clip, bins), bins)
 
 
-def _predict(reasoner: ProbabilisticReasoner, faults: list[str], abduct_on: dict[str, str],
-             evidence: dict[str, str], acted: dict[str, str], moves: dict[str, float],
-             latent: set[str], classes: list[str], features: dict[str, float]
-             ) -> tuple[np.ndarray, dict[str, float], dict[str, float], np.ndarray, list[str]]:
-    """Abduction on ``abduct_on``, then action and prediction: outcome probabilities, the
-    faults' probabilities after and before the action, the root cause after it."""
+def _faults_under(reasoner: ProbabilisticReasoner, faults: list[str],
+                  abduct_on: dict[str, str], evidence: dict[str, str], acted: dict[str, str],
+                  moves: dict[str, float], latent: set[str], features: dict[str, float]
+                  ) -> tuple[dict[str, float], dict[str, float]]:
+    """Abduction on ``abduct_on``, then action and prediction of each fault node: the
+    faults' probabilities after the action and in the run."""
     network = reasoner.network_
     q_new: dict[str, float] = {}
     q_old: dict[str, float] = {}
@@ -306,31 +314,185 @@ def _predict(reasoner: ProbabilisticReasoner, faults: list[str], abduct_on: dict
                 total += w * wa * _cf_yes(f, p, _p_yes(cpd, {**after, **assign}))
         q_new[fault], q_old[fault] = total, present
 
-    # 3. Prediction: root cause and failure type from the acted fault probabilities.
+    return q_new, q_old
+
+
+class _Table:
+    """A conditional table as a plain array, for the counterfactual's many column reads."""
+
+    def __init__(self, cpd: Any) -> None:
+        self.node = cpd.variables[0]
+        self.parents = list(cpd.variables[1:])
+        self.states = list(cpd.state_names[self.node])
+        self.values = np.asarray(cpd.get_values(), dtype=float)
+        self.index = {p: {s: i for i, s in enumerate(cpd.state_names[p])}
+                      for p in self.parents}
+        self.cards = [len(cpd.state_names[p]) for p in self.parents]
+
+    def column(self, assignment: dict[str, str]) -> np.ndarray:
+        """P(node | parents = assignment)."""
+        col = 0
+        for p, card in zip(self.parents, self.cards):
+            col = col * card + self.index[p][assignment[p]]
+        return self.values[:, col]
+
+    def noise_interval(self, state: str, assignment: dict[str, str]) -> tuple[float, float]:
+        """Abduction of the node's exogenous noise ``U ~ Uniform(0, 1)`` under the canonical
+        mechanism ``X = F^-1(U | parents)`` (the table's inverse CDF in its state order): the
+        interval of ``U`` that gives ``state`` under the factual ``assignment``."""
+        probs = self.column(assignment)
+        i = self.states.index(state)
+        lo = float(probs[:i].sum())
+        return lo, lo + float(probs[i])
+
+    def under(self, interval: tuple[float, float], assignment: dict[str, str]) -> np.ndarray:
+        """Distribution of the node under the counterfactual ``assignment`` of its parents,
+        its noise uniform on the abducted ``interval``: the share of the interval each
+        state's inverse-CDF range covers."""
+        probs = self.column(assignment)
+        hi_edges = np.cumsum(probs)
+        lo_edges = hi_edges - probs
+        lo, hi = interval
+        if hi - lo <= 1e-15:
+            return np.where((lo_edges <= lo) & (lo < hi_edges), 1.0, 0.0)
+        overlap = np.clip(np.minimum(hi, hi_edges) - np.maximum(lo, lo_edges), 0.0, None)
+        return overlap / overlap.sum()
+
+
+_TABLES: weakref.WeakKeyDictionary[Any, dict[str, _Table]] = weakref.WeakKeyDictionary()
+
+
+def _table(network: Any, node: str) -> _Table:
+    tables = _TABLES.setdefault(network, {})
+    if node not in tables:
+        tables[node] = _Table(network.get_cpds(node))
+    return tables[node]
+
+
+def slice_order(structure: Any) -> list[list[str]]:
+    """The slice nodes, slice by slice, each in an order where every node follows its
+    parents in the slice: the loss, the gradients from the output block down, the
+    activations upward."""
+    order = []
+    for t in range(structure.n_slices):
+        order.append([slice_node("loss", t)]
+                     + [slice_node("grad", t, b) for b in reversed(range(structure.n_blocks))]
+                     + [slice_node("act", t, b) for b in range(structure.n_blocks)])
+    return order
+
+
+#: Noise samples per node in the counterfactual prediction through the slices (stratified,
+#: from a fixed seed: the answer is deterministic; its Monte Carlo error is about 0.02).
+_SAMPLES = 512
+_SEED = 20261203
+
+
+def _stratified(rng: np.random.Generator, n: int) -> np.ndarray:
+    """``n`` points of Uniform(0, 1), one in each of ``n`` equal strata, in random order."""
+    return (rng.permutation(n) + rng.random(n)) / n
+
+
+def _inverse_cdf(table: _Table, cols: np.ndarray, noise: np.ndarray) -> np.ndarray:
+    """State indices ``F^-1(U | parents)`` for each sample's parent column and noise."""
+    cum = np.cumsum(table.values[:, cols].T, axis=1)
+    return np.minimum((noise[:, None] >= cum).sum(axis=1), len(table.states) - 1)
+
+
+def _columns(table: _Table, known: dict[str, np.ndarray], n: int) -> np.ndarray:
+    """Each sample's parent-configuration column of ``table`` (``known``: state indices)."""
+    cols = np.zeros(n, dtype=np.int64)
+    for p, card in zip(table.parents, table.cards):
+        cols = cols * card + known[p]
+    return cols
+
+
+def _root_cause_under(reasoner: ProbabilisticReasoner, cause: str, q_new: dict[str, float],
+                      q_old: dict[str, float]) -> dict[str, float]:
+    """The root cause after the action, in the stratum where it was ``cause``.
+
+    The run's own fault persists with the share of its mass the action keeps
+    (``min(p, p') / p`` under the threshold mechanism), another fault appears with the mass
+    the action adds to it; the root cause stays ``cause`` unless its fault goes or another
+    appears, and is otherwise read from the root-cause table under the acted faults. An
+    action that moves nothing keeps the root cause exactly.
+    """
+    network = reasoner.network_
     rc_cpd = network.get_cpds("root_cause")
+    own = f"fault:{cause}" if f"fault:{cause}" in q_new else None
+    keep = 1.0 if own is None else min(1.0, q_new[own] / max(q_old[own], 1e-12))
+    stay = keep
+    for fault in q_new:
+        if fault != own:
+            appear = max(0.0, q_new[fault] - q_old[fault]) / max(1.0 - q_old[fault], 1e-12)
+            stay *= 1.0 - min(1.0, appear)
+    if stay >= 1.0 - 1e-12:
+        return {cause: 1.0}
     weights = np.ones(1)
     for parent in rc_cpd.variables[1:]:
-        q = q_new[parent]
+        q = q_new[parent] if parent != own else keep
         bern = np.array([1 - q, q]) if rc_cpd.state_names[parent][0] == "no" else np.array(
             [q, 1 - q])
         weights = np.kron(weights, bern)
     p_rc = rc_cpd.get_values() @ weights
-    ft_cpd = network.get_cpds("failure_type")
-    rc_names = list(rc_cpd.state_names["root_cause"])
-    weights = np.ones(1)
-    for parent in ft_cpd.variables[1:]:
-        names = list(ft_cpd.state_names[parent])
-        if parent == "root_cause":
-            vec = np.array([p_rc[rc_names.index(n)] for n in names])
-        else:  # observed context (e.g. the lr schedule), as acted
-            vec = np.array([1.0 if n == acted.get(parent, evidence.get(parent)) else 0.0
-                            for n in names])
-            vec = vec if vec.sum() else np.full(len(names), 1.0 / len(names))
-        weights = np.kron(weights, vec)
-    p_ft = ft_cpd.get_values() @ weights
-    p_ft = p_ft / p_ft.sum()
-    predicted = np.array([p_ft[ft_cpd.state_names["failure_type"].index(c)] for c in classes])
-    return predicted, q_new, q_old, p_rc, rc_names
+    names = list(rc_cpd.state_names["root_cause"])
+    p_rc[names.index(cause)] = 0.0
+    if p_rc.sum() <= 0:
+        return {cause: 1.0}
+    p_rc = (1.0 - stay) * p_rc / p_rc.sum()
+    out = {n: float(v) for n, v in zip(names, p_rc) if v > 1e-9}
+    out[cause] = out.get(cause, 0.0) + stay
+    return out
+
+
+def _failure_under(reasoner: ProbabilisticReasoner, evidence: dict[str, str],
+                   cause: str, p_ft: np.ndarray, new_causes: dict[str, float]) -> np.ndarray:
+    """P(failure type) after the action in one root-cause stratum.
+
+    Every slice node keeps its exogenous noise ``U``, abducted under the canonical mechanism
+    ``X = F^-1(U | parents)`` (the table's inverse CDF in its state order): uniform on the
+    interval that gives the observed state under the factual parents (root cause ``cause``).
+    Under each new root cause the slices are recomputed in order (slice ``t`` from slice
+    ``t - 1``, gradients from the output block down, activations upward), and the failure
+    type from the last slice, its noise abducted from its posterior ``p_ft`` in the stratum
+    (``classes_`` order). Stratified samples of the noise stand for the uniform intervals.
+    A root cause the action keeps leaves every node, and so ``p_ft``, exactly as it was.
+    """
+    network = reasoner.network_
+    nodes = [n for nodes in slice_order(reasoner.structure_) for n in nodes]
+    rng = np.random.default_rng(_SEED)
+    n = _SAMPLES
+    noise: dict[str, np.ndarray] = {}
+    for node in nodes:  # 1. abduction of every slice node's noise
+        table = _table(network, node)
+        lo, hi = table.noise_interval(evidence[node], {
+            p: (cause if p == "root_cause" else evidence[p]) for p in table.parents})
+        noise[node] = lo + _stratified(rng, n) * (hi - lo)
+    ft = _table(network, "failure_type")
+    classes = list(reasoner.classes_)
+    order = [classes.index(s) for s in ft.states]
+    probs = np.asarray(p_ft, dtype=float)[order]
+    drawn = np.minimum(np.searchsorted(np.cumsum(probs / probs.sum()), _stratified(rng, n),
+                                       side="right"), len(probs) - 1)
+    column = ft.column({p: evidence[p] for p in ft.parents})
+    noise_ft = (np.cumsum(column) - column)[drawn] + rng.random(n) * column[drawn]
+    observed = {p: np.full(n, idx[evidence[p]], dtype=np.int64)
+                for table in map(lambda x: _table(network, x), [*nodes, "failure_type"])
+                for p, idx in table.index.items() if p in evidence}
+    out = np.zeros(len(classes))
+    for new_cause, weight in new_causes.items():
+        if new_cause == cause:
+            out += weight * p_ft
+            continue
+        known = dict(observed)
+        for node in nodes:  # 2.-3. action on the root cause, prediction through the slices
+            table = _table(network, node)
+            known["root_cause"] = np.full(n, table.index["root_cause"][new_cause],
+                                          dtype=np.int64)
+            known[node] = _inverse_cdf(table, _columns(table, known, n), noise[node])
+        outcome = _inverse_cdf(ft, _columns(ft, known, n), noise_ft)
+        shares = np.bincount(outcome, minlength=len(ft.states)) / n
+        out += weight * np.array([shares[ft.states.index(c)] for c in classes])
+    return out
 
 
 def what_if(reasoner: ProbabilisticReasoner, trace: Trace, **knobs: Any) -> Counterfactual:
@@ -367,7 +529,6 @@ def what_if(reasoner: ProbabilisticReasoner, trace: Trace, **knobs: Any) -> Coun
     rates = rates[np.isfinite(rates) & (rates > 0)]
     features["lr_peak"] = float(np.log10(rates.max() / np.median(rates))) if rates.size \
         else math.nan
-    factual = reasoner.predict_proba(trace)[0]
     classes = list(reasoner.classes_)
     healthy = classes.index(HEALTHY)
     latent = {n for n, r in roles.items() if r in ("latent_knob", "trait")}
@@ -394,79 +555,79 @@ def what_if(reasoner: ProbabilisticReasoner, trace: Trace, **knobs: Any) -> Coun
     # bites, a setting the run already had.
     moves = {n: v for n, v in moves.items() if v != 0.0}
     acted = {n: v for n, v in acted.items() if evidence.get(n) != v}
-    latent_post = {}
-    for node in sorted(latent):
-        order, names, values = _joint(reasoner, [node], evidence)
-        latent_post[node] = {s: round(float(v), 4) for s, v in zip(names[node], values)}
+    no_op = not (moves or acted)
+    raw = reasoner.raw_proba(trace)
     faults = sorted(n for n, r in roles.items() if r == "fault")
-    # The factual world on the twin network: the same abduction and prediction without an
-    # action.
-    noop_raw, q_old, abduction, p_rc, rc_names, strata = _twin(
-        reasoner, faults, evidence, {}, {}, latent, classes, features)
-    if moves or acted:
-        predicted, q_new, _, p_rc, rc_names, _ = _twin(
-            reasoner, faults, evidence, acted, moves, latent, classes, features)
-    else:  # a no-op: the counterfactual world is the factual one
-        predicted, q_new = noop_raw, q_old
+    if no_op:
+        shift, details = np.zeros(len(classes)), {"root_cause_strata": {}}
+    else:
+        shift, details = _twin(reasoner, faults, evidence, acted, moves, latent, features)
+    # The counterfactual is the factual posterior moved by what the action changes in each
+    # root-cause stratum; both go through the same calibration map.
+    cf_raw = np.clip(raw + shift, 0.0, None)
+    cf_raw = cf_raw / cf_raw.sum()
+    factual = reasoner.calibrator_.transform(raw[None])[0]
+    predicted = factual if no_op else reasoner.calibrator_.transform(cf_raw[None])[0]
     return Counterfactual(
         knobs=dict(knobs),
-        p_failure_factual=float(1.0 - noop_raw[healthy]),
+        p_failure_factual=float(1.0 - factual[healthy]),
         p_failure=float(1.0 - predicted[healthy]),
         failure_type=str(classes[int(np.argmax(predicted))]),
         p_failure_types={c: float(p) for c, p in zip(classes, predicted)},
-        p_failure_types_factual={c: float(p) for c, p in zip(classes, noop_raw)},
+        p_failure_types_factual={c: float(p) for c, p in zip(classes, factual)},
         metadata={
             "method": _METHOD,
-            "abduction": {"p_fault": abduction, "latent": latent_post},
             "action": {**acted, **{f"{n} (level steps)": round(v, 3)
                                    for n, v in moves.items()}},
-            "prediction": {"p_fault": {f: round(q, 4) for f, q in q_new.items()},
-                           "p_root_cause": {s: round(float(v), 4) for s, v in zip(
-                               rc_names, p_rc)},
-                           "root_cause_strata": strata,
-                           "no_op": not (moves or acted)},
-            "posterior_p_failure": float(1.0 - factual[healthy]),
+            "no_op": no_op,
+            "raw_p_failure_factual": float(1.0 - raw[healthy]),
+            "raw_p_failure": float(1.0 - cf_raw[healthy]),
+            **details,
         })
 
 
 def _twin(reasoner: ProbabilisticReasoner, faults: list[str], evidence: dict[str, str],
           acted: dict[str, str], moves: dict[str, float], latent: set[str],
-          classes: list[str], features: dict[str, float]
-          ) -> tuple[np.ndarray, dict[str, float], dict[str, float], np.ndarray, list[str],
-                     dict[str, float]]:
+          features: dict[str, float]) -> tuple[np.ndarray, dict[str, Any]]:
     """Abduction, action and prediction on the twin network, stratified by root cause.
 
     The faults are dependent given the evidence (co-parents of the root cause: a failing run
-    has one cause, which explains the others away). Abduction is therefore stratified by the
-    root cause: within each posterior root-cause state the faults are treated as
-    independent, and the strata are mixed by their posterior weights.
+    has one cause, which explains the others away), so abduction is stratified by the root
+    cause: within each posterior root-cause state the faults are treated as independent.
+    In each stratum the action moves the faults (:func:`_faults_under`), the faults move the
+    root cause (:func:`_root_cause_under`), the root cause moves the slice states and those
+    the failure type (:func:`_failure_under`), every node keeping its abducted noise.
 
     Returns
     -------
-    tuple
-        Outcome probabilities (``classes`` order), the faults' probabilities after the action
-        and in the run, the root cause's distribution after it with its state names, and the
-        strata's weights.
+    shift : numpy.ndarray
+        Counterfactual minus factual P(failure type), summed over the strata with posterior
+        weight >= ``_MIN_STRATUM`` (``classes_`` order); the lighter strata are left as they
+        are.
+    details : dict
+        Per stratum: its weight, the faults before and after, the root cause after.
     """
-    order, names, values = _joint(reasoner, ["root_cause"], evidence)
-    strata = [(str(r), float(w)) for r, w in zip(names["root_cause"], values)
-              if w >= _MIN_STRATUM]
-    norm = sum(w for _, w in strata)
-    predicted = np.zeros(len(classes))
-    q_mix: dict[str, float] = dict.fromkeys(faults, 0.0)
-    abduction: dict[str, float] = dict.fromkeys(faults, 0.0)
-    p_rc_mix: np.ndarray | None = None
-    rc_names: list[str] = []
-    for cause, weight in strata:
-        pred, q_new, q_old, p_rc, rc_names = _predict(
-            reasoner, faults, {**evidence, "root_cause": cause}, evidence, acted, moves,
-            latent, classes, features)
-        w = weight / norm
-        predicted += w * pred
-        for f in faults:
-            q_mix[f] += w * q_new[f]
-            abduction[f] += w * q_old[f]
-        p_rc_mix = w * p_rc if p_rc_mix is None else p_rc_mix + w * p_rc
-    return (predicted, q_mix, {f: round(q, 4) for f, q in abduction.items()},
-            p_rc_mix if p_rc_mix is not None else np.zeros(0), rc_names,
-            {r: round(w / norm, 4) for r, w in strata})
+    _, names, values = _joint(reasoner, ["root_cause"], evidence)
+    classes = list(reasoner.classes_)
+    shift = np.zeros(len(classes))
+    strata: dict[str, Any] = {}
+    for cause, weight in zip(names["root_cause"], values):
+        weight = float(weight)
+        if weight < _MIN_STRATUM:
+            continue
+        stratum = {**evidence, "root_cause": str(cause)}
+        q_new, q_old = _faults_under(reasoner, faults, stratum, evidence, acted, moves, latent,
+                                     features)
+        new_causes = _root_cause_under(reasoner, str(cause), q_new, q_old)
+        _, ft_names, ft_values = _joint(reasoner, ["failure_type"], stratum)
+        p_ft = np.array([ft_values[ft_names["failure_type"].index(c)] for c in classes])
+        after = _failure_under(reasoner, evidence, str(cause), p_ft, new_causes)
+        shift += weight * (after - p_ft)
+        strata[str(cause)] = {
+            "weight": round(weight, 4),
+            "p_fault": {f: round(q_old[f], 4) for f in faults if q_old[f] >= 0.01},
+            "p_fault_after": {f: round(q_new[f], 4) for f in faults
+                              if max(q_new[f], q_old[f]) >= 0.01},
+            "root_cause_after": {r: round(w, 4) for r, w in new_causes.items() if w >= 0.001},
+            "p_failure_after": round(float(1.0 - after[classes.index(HEALTHY)]), 4)}
+    return shift, {"root_cause_strata": strata}

@@ -35,6 +35,7 @@ from causal_models.origin import locate_origin
 from causal_models.placement import fit_placement
 from causal_models.registry import list_root_causes
 from causal_models.structure import NO_CAUSE, build_structure
+from causal_models.support import table_support
 from neuraldbg.errors import NotFittedError
 from neuraldbg.knobs import KNOBS
 from neuraldbg.methods import diagnose
@@ -157,6 +158,9 @@ class ProbabilisticReasoner:
     n_fit_traces_ : int
     fit_families_ : list of str
         Zoo families seen in fitting.
+    support_ : pandas.DataFrame
+        How far the fitting data reached each table (:func:`causal_models.support.
+        table_support`): columns reached, data weight against the prior's pseudo-counts.
 
     Examples
     --------
@@ -237,6 +241,8 @@ class ProbabilisticReasoner:
         disc = discretize(trace, n_slices=self.n_slices, n_blocks=self.n_blocks, bins=self.bins)
         disc.states.update(observe_knobs(trace, self.bins))
         diagnosis = diagnose(trace)  # the heuristic reasoner: its verdict and run facts
+        for hyp in diagnosis.hypotheses:  # module-resolution onsets, read as a sensor
+            disc.events.setdefault(hyp.failure_type, (hyp.origin_layer, hyp.origin_step))
         stack, stack_features = observe_stack(trace, diagnosis.facts, self.bins)
         disc.states.update(stack)
         disc.features.update(stack_features)
@@ -298,6 +304,7 @@ class ProbabilisticReasoner:
         data = pd.DataFrame(rows)
         weights = self._weights(families)
         self.network_ = self._estimate(data, weights)
+        self.support_ = table_support(self.structure_, data, weights)
         self.classes_ = np.array(self.structure_.states["failure_type"], dtype=object)
         self.root_causes_ = np.array(self.structure_.states["root_cause"], dtype=object)
         self.n_fit_traces_ = len(traces)
@@ -541,6 +548,13 @@ class ProbabilisticReasoner:
                     else min(1.0, max(0.0, float(joint[i, j]))))
             if ft not in origins:
                 origins[ft] = locate_origin(trace, disc, ft)
+                if ft in disc.events:
+                    # two blocks and two slices cannot place an onset at module and step
+                    # resolution: the first event of the same failure the rules' extractor
+                    # found is read as a sensor of it (the propagation path stays the
+                    # network's blocks)
+                    layer, step = disc.events[ft]
+                    origins[ft] = (layer, int(step), origins[ft][2])
             layer, step, path = origins[ft]
             hyps.append(Hypothesis(
                 failure_type=ft, root_cause=str(self.root_causes_[j]), origin_layer=layer,

@@ -10,10 +10,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import pandas as pd
 
 from causal_models.calibration import Calibrator
 from causal_models.discretize import Bins
 from causal_models.structure import Structure
+from causal_models.support import SUPPORT_COLUMNS
 
 if TYPE_CHECKING:
     from causal_models.network import ProbabilisticReasoner
@@ -21,7 +23,7 @@ if TYPE_CHECKING:
 __all__ = ["MODEL_FORMAT", "MODEL_VERSION", "model_to_dict", "model_from_dict"]
 
 MODEL_FORMAT = "neuraldbg-causal-model"
-MODEL_VERSION = 1
+MODEL_VERSION = 2
 
 
 def model_to_dict(reasoner: ProbabilisticReasoner) -> dict[str, Any]:
@@ -42,7 +44,9 @@ def model_to_dict(reasoner: ProbabilisticReasoner) -> dict[str, Any]:
             "roles": dict(s.roles), "cpds": cpds,
             "calibrator": reasoner.calibrator_.to_dict(),
             "placement": {n: dict(m) for n, m in getattr(reasoner, "placement_", {}).items()},
-            "fit": {"n_traces": reasoner.n_fit_traces_, "families": reasoner.fit_families_}}
+            "fit": {"n_traces": reasoner.n_fit_traces_, "families": reasoner.fit_families_},
+            "support": reasoner.support_.to_dict(orient="records")
+            if hasattr(reasoner, "support_") else []}
 
 
 def model_from_dict(cls: type[ProbabilisticReasoner], data: dict[str, Any]
@@ -62,6 +66,11 @@ def model_from_dict(cls: type[ProbabilisticReasoner], data: dict[str, Any]
     if int(data.get("version", 0)) > MODEL_VERSION:
         raise ValueError(f"Model version {data.get('version')} is newer than the "
                          f"{MODEL_VERSION} this causal_models reads; upgrade neuraldbg.")
+    if int(data.get("version", 0)) < MODEL_VERSION:
+        raise ValueError(f"Model version {data.get('version')} predates the causal direction "
+                         f"of version {MODEL_VERSION} (knobs -> layer states -> failure); "
+                         "re-fit it with `python -m benchmarks.fit_default` or "
+                         "ProbabilisticReasoner().fit(traces).")
     params = dict(data["params"])
     if params.get("bins") is not None:
         b = params["bins"]
@@ -92,5 +101,6 @@ def model_from_dict(cls: type[ProbabilisticReasoner], data: dict[str, Any]
     reasoner.fit_families_ = list(data["fit"]["families"])
     reasoner.placement_ = {n: {k: float(v) for k, v in m.items()}
                            for n, m in (data.get("placement") or {}).items()}
+    reasoner.support_ = pd.DataFrame(data.get("support") or [], columns=list(SUPPORT_COLUMNS))
     reasoner._inference = None
     return reasoner

@@ -1,27 +1,33 @@
 """Structure: the registered rules become the network's nodes, edges and Dirichlet priors.
 
-The time-sliced network, unrolled to ``n_slices`` slices over ``n_blocks`` layer blocks::
+The time-sliced network, unrolled to ``n_slices`` slices over ``n_blocks`` layer blocks,
+in the causal direction (knobs cause the dynamics, the failure is what the dynamics end in)::
 
     knobs (lr_level, init_level, input_level, activation, normalization, clipping)
-    context (depth, arch), latent traits of registered causes
-        |                                   \\
-        v                                    v
-    fault:<cause> (one binary node per registered cause, parents from its rule)
+    context (depth, arch, ...), latent traits of registered causes
         |                                    knob evidence: update, lr_config <- lr_level,
         v                                    fwd_gain <- init_level, input_mag <- input_level
-    root_cause  ->  failure_type
-                        |
-                        v  (every slice node)
-    loss@t   <- loss@t-1                                  persistence across slices
-    grad[b]@t <- grad[b]@t-1, grad[b+1]@t                 gradients flow output -> input
-    act[b]@t  <- act[b]@t-1,  act[b-1]@t                  activations flow input -> output
+    fault:<cause> (one binary node per registered cause, parents from its rule)
+        |
+        v
+    root_cause (the active mechanism: the present fault of highest priority)
+        |
+        v  (every slice node)
+    loss@t    <- root_cause, loss@t-1                     persistence across slices
+    grad[b]@t <- root_cause, grad[b]@t-1, grad[b+1]@t     gradients flow output -> input
+    act[b]@t  <- root_cause, act[b]@t-1,  act[b-1]@t      activations flow input -> output
+        |
+        v  (the last slice's loss, gradient and activation states)
+    failure_type  ->  run evidence (progress, spikes, grad_ratio), the rules' verdict
 
 The rules decide which edges exist (a cause's fault node hangs on the parents its rule
 names) and give every conditional table its Dirichlet pseudo-counts: a cause's rule gives
-P(fault | parents), its failure modes give P(failure_type | root_cause), a failure mode's
-signature gives the slice tables, tilted toward the previous slice's state (persistence) and
-the neighbour block's (propagation). Zoo traces then update those counts
-(:mod:`causal_models.network`).
+P(fault | parents); the signatures of the failure modes a cause produces give P(slice state
+| root cause), tilted toward the previous slice's state (persistence) and the neighbour
+block's (propagation); the same signatures, inverted by Bayes' rule, give P(failure type |
+last slice). Zoo traces then update those counts (:mod:`causal_models.network`). Since the
+root cause reaches the failure only through the slices, ``do()`` on a knob changes the
+predicted dynamics, and the failure follows from them.
 """
 
 from __future__ import annotations
@@ -184,6 +190,31 @@ _STRENGTH_TRUST: dict[str, float] = {"weak": 0.55, "moderate": 0.65, "strong": 0
                                      "certain": 1.0}
 
 
+def _cause_emission(produce: dict[str, float], by_mode: dict[str, Any],
+                    ft_states: tuple[str, ...], kind: str, where: tuple[str, ...],
+                    states: tuple[str, ...]) -> np.ndarray:
+    """P(slice state | root cause) from the rules: the signatures of the failure modes the
+    cause produces, mixed by the cause's weights (a 0.02 floor for the others)."""
+    mix = _normalised(produce, ft_states, 0.02)
+    return sum(w * np.array(by_mode[ft].weights(kind, where, states))
+               for ft, w in zip(ft_states, mix))
+
+
+def _failure_row(last: dict[str, str], where_of: dict[str, tuple[str, ...]],
+                 states: dict[str, tuple[str, ...]], by_mode: dict[str, Any],
+                 ft_states: tuple[str, ...]) -> np.ndarray:
+    """Prior P(failure type | the last slice's states): the failure modes' signatures
+    inverted by Bayes' rule under a uniform prior over failure types (the failure type is
+    what those states end in, so it is their child)."""
+    score = np.ones(len(ft_states))
+    for node, state in last.items():
+        kind = node.split("@")[0].split("[")[0]
+        sts = states[node]
+        score *= [by_mode[ft].weights(kind, where_of[node], sts)[sts.index(state)]
+                  for ft in ft_states]
+    return score / score.sum()
+
+
 def _rule_nodes(states: dict[str, tuple[str, ...]], parents: dict[str, tuple[str, ...]],
                 roles: dict[str, str], rows: dict[str, Any], ft_states: tuple[str, ...],
                 rc_states: tuple[str, ...], rule_trust: float) -> None:
@@ -332,29 +363,16 @@ def build_structure(*, n_slices: int = 4, n_blocks: int = 3, prior_strength: flo
         return _normalised(w, rc_states, 0.01)
 
     rows["root_cause"] = rc_row
-    # Failure type given root cause.
+    # Failure type: a consequence of the last slice's states (see _failure_rows).
     ft_states = tuple(m.name for m in modes)
-    states["failure_type"], parents["failure_type"], roles["failure_type"] = ft_states, \
-        ("lr_schedule", "root_cause"), "failure_type"
     produce = {c.name: dict(c.failure_types) for c in causes}
     produce[NO_CAUSE] = {HEALTHY: 1.0}
-
-    def ft_row(root_cause: str, lr_schedule: str) -> np.ndarray:
-        weights = dict(produce[root_cause])
-        if lr_schedule == "spike" and "loss_divergence" in ft_states and root_cause != NO_CAUSE:
-            # a sudden rate jump blows the loss up with no lead of growing gradients: the
-            # contract's loss_divergence (CONTRACT.md, vocabularies)
-            weights["loss_divergence"] = 5.0 * max(weights.values())
-        return _normalised(weights, ft_states, 0.02)
-
-    rows["failure_type"] = ft_row
-
+    by_mode = {m.name: m for m in modes}
     # The rules' verdict: a graded sensor of the failure type and of the cause.
     if rule_evidence:
         _rule_nodes(states, parents, roles, rows, ft_states, rc_states, rule_trust)
 
     # Run-level evidence on the failure, and on the faults that sign it.
-    by_mode = {m.name: m for m in modes}
     for node, sts in _RUN_EVIDENCE.items():
         signs = {c.fault_node: c.signs[node] for c in causes if node in c.signs}
         states[node], roles[node] = sts, "run_evidence"
@@ -380,7 +398,7 @@ def build_structure(*, n_slices: int = 4, n_blocks: int = 3, prior_strength: flo
         for kind, sts in kinds.items():
             for b in ([None] if kind == "loss" else range(n_blocks)):
                 node = slice_node(kind, t, b)
-                ps = ["failure_type"]
+                ps = ["root_cause"]
                 if t > 0:
                     ps.append(slice_node(kind, t - 1, b))
                 neighbour = None
@@ -397,7 +415,8 @@ def build_structure(*, n_slices: int = 4, n_blocks: int = 3, prior_strength: flo
 
                 def slice_row(_k=kind, _w=where, _s=sts, _prev=prev, _nb=neighbour,
                               **kw: str) -> np.ndarray:
-                    base = np.array(by_mode[kw["failure_type"]].weights(_k, _w, _s))
+                    base = _cause_emission(produce[kw["root_cause"]], by_mode, ft_states,
+                                           _k, _w, _s)
                     tilt = np.ones(len(_s))
                     if _prev is not None:
                         tilt[_s.index(kw[_prev])] *= persistence
@@ -406,6 +425,20 @@ def build_structure(*, n_slices: int = 4, n_blocks: int = 3, prior_strength: flo
                     return base * tilt
 
                 rows[node] = slice_row
+
+    last = n_slices - 1
+    ft_parents = [slice_node("loss", last)] + [slice_node(k, last, b) for k in ("grad", "act")
+                                               for b in range(n_blocks)]
+    states["failure_type"], roles["failure_type"] = ft_states, "failure_type"
+    parents["failure_type"] = tuple(sorted(ft_parents))
+    where_of = {n: ("late",) if n.startswith("loss") else (
+        "late", "output" if n.endswith(f"[{n_blocks - 1}]@{last}") else "input")
+        for n in ft_parents}
+
+    def ft_row(**kw: str) -> np.ndarray:
+        return _failure_row(kw, where_of, states, by_mode, ft_states)
+
+    rows["failure_type"] = ft_row
 
     prior = {}
     for node in states:

@@ -191,7 +191,12 @@ def test_export_graph_mermaid_and_tables(fitted) -> None:
     model, _ = fitted
     graph = to_networkx(model)
     assert set(graph.nodes) == set(model.structure_.states)
-    assert graph.has_edge("root_cause", "failure_type")
+    # the causal direction: the root cause acts on the layer states, the failure type is
+    # what the last slice's states end in
+    assert graph.has_edge("root_cause", "grad[0]@0") and graph.has_edge("root_cause", "loss@1")
+    assert graph.has_edge("grad[0]@1", "failure_type")
+    assert not graph.has_edge("failure_type", "grad[0]@0")
+    assert not graph.has_edge("root_cause", "failure_type")
     assert graph.has_edge("lr_level", "fault:learning_rate_too_high")
     # gradients flow output -> input inside a slice; activations input -> output
     assert graph.has_edge("grad[1]@0", "grad[0]@0")
@@ -206,7 +211,10 @@ def test_export_graph_mermaid_and_tables(fitted) -> None:
     table = cpd_frame(model, "failure_type")
     assert isinstance(table, pd.DataFrame)
     np.testing.assert_allclose(table.sum(axis=1), 1.0)
-    assert table.loc[("steady", "none"), HEALTHY] > 0.5  # learned: no cause, no failure
+    # learned: a loss that fell with healthy layers is healthy, a non-finite one is not
+    assert table.loc[("normal", "normal", "healthy", "healthy", "low"), HEALTHY] > 0.5
+    assert table.loc[("anomalous", "anomalous", "nonfinite", "nonfinite", "nonfinite"),
+                     HEALTHY] < 0.1
     with pytest.raises(KeyError, match="Unknown node"):
         cpd_frame(model, "nope")
 

@@ -72,12 +72,21 @@ def test_a_registered_cause_and_mode_become_nodes_edges_and_priors() -> None:
         # the rule is the fault node's prior: P(yes | noisy) = 0.9 of the pseudo-counts
         prior = s.prior["fault:noisy_labels"]
         np.testing.assert_allclose(prior[:, 1] / prior[:, 1].sum(), [0.1, 0.9])
-        # P(failure_type | root_cause=noisy_labels) prefers the declared failure modes
-        ft = list(s.states["failure_type"])
+        # P(layer states | root_cause=noisy_labels) follows the signatures of the failure
+        # modes it produces: a plateau's flat loss, not a dead block
+        assert s.parents["loss@0"] == ("root_cause",)
         col = list(s.states["root_cause"]).index("noisy_labels")
-        row = s.prior["failure_type"][:, col]
-        assert np.argmax(row) == ft.index("training_plateau")
-        assert row[ft.index("oscillating_loss")] > row[ft.index("dead_neurons")]
+        loss = s.prior["loss@0"][:, col]
+        assert s.states["loss@0"][int(np.argmax(loss))] == "flat"
+        act = s.prior["act[0]@0"]
+        act_states = list(s.states["act[0]@0"])
+        cols = [i for i, cfg in enumerate(itertools.product(
+            *(s.states[p] for p in s.parents["act[0]@0"])))
+            if dict(zip(s.parents["act[0]@0"], cfg))["root_cause"] == "noisy_labels"]
+        assert (act[act_states.index("normal"), cols] > act[act_states.index("dead"),
+                                                                cols]).all()
+        # the failure type is a child of the last slice's layer states only
+        assert all("@" in p for p in s.parents["failure_type"])
         labels = training_labels({"failure_type": "training_plateau",
                                   "root_cause": "noisy_labels"})
         assert labels["label_quality"] == "noisy" and labels["fault:noisy_labels"] == "yes"
