@@ -387,7 +387,8 @@ def discretize(trace: Trace, *, n_slices: int = 4, n_blocks: int = 3,
     slices = tuple((bounds[i], bounds[i + 1]) for i in range(n_slices))
     names = trace.module_names
     blocks = tuple(tuple(b) for b in np.array_split(np.array(names, dtype=object), n_blocks))
-    blocks = tuple(b if b else blocks[-1] for b in blocks)  # fewer modules than blocks
+    filled = [b for b in blocks if b]  # fewer modules than blocks: an empty block repeats
+    blocks = tuple(b if b else (filled[-1] if filled else ()) for b in blocks)  # the last
     states: dict[str, str] = {}
     features: dict[str, float] = {}
 

@@ -3,45 +3,41 @@
 ``intervene(do={node: state})`` answers P(failure_type | do(...)) on the network through
 pgmpy's ``CausalInference`` (graph surgery on a copy, adjustment where needed).
 
-``what_if(trace, lr_scale=0.1, ...)`` answers for *one* run in Pearl's three steps, written
-as DoWhy's gcm writes them, on the twin network of the causal core (knobs -> faults ->
-root cause -> failure type):
+``what_if(trace, lr_scale=0.1, ...)`` answers for *one* run in Pearl's three steps, on the
+twin network, through the whole causal chain knobs -> faults -> root cause -> layer states of
+every slice -> failure type:
 
-1. **Abduction**: given everything the trace shows, the joint posterior of each fault node
-   and its unobserved parents (the latent knob levels ``lr_level``, ``init_level``,
-   ``input_level``: how far each knob sits from what this run tolerates, and the causes'
-   latent traits). A fault node is a monotone threshold mechanism, ``F = [U < p(parents)]``
-   with ``U ~ Uniform(0, 1)``, so the posterior of ``F`` pins down where this run's ``U``
-   lies.
+1. **Abduction**: the exogenous noise of every node, from everything the trace shows. A
+   fault node is a monotone threshold mechanism, ``F = [U < p(parents)]``; its posterior and
+   that of its unobserved parents (the latent knob levels ``lr_level``, ``init_level``,
+   ``input_level``, the causes' latent traits) pin down where this run's ``U`` lies. Every
+   other node (the root cause, each slice's loss, gradient and activation states, the
+   failure type) is the canonical mechanism ``X = F^-1(U | parents)`` of its table (the
+   inverse CDF in the node's state order), so its noise is uniform on the interval that
+   gives the state the run showed under the parents it had. (A discrete table does not
+   identify its noise; this canonical choice is the one that keeps a node's state whenever
+   its parents keep theirs, which is what makes a no-op exact.)
 2. **Action**: the knobs change. A multiplier moves a level by ``log10(k) / LEVEL_WIDTH``
-   level steps from where the run sits inside its level (:func:`_landing`: a fractional
-   move splits the mass between neighbouring levels, a move of 0 keeps the level); an
-   activation or normalization setting replaces that node's state; ``grad_clip=c`` sets
-   the clipping node from how many of the run's recorded gradient norms ``c`` would cap
-   (none: a clip above them all changes nothing; the peaks; or most steps).
-3. **Prediction**: with the same ``U``, a fault present in the run stays present with
-   probability ``min(p, p') / p`` and an absent one appears with ``max(0, p' - p) / (1 - p)``,
-   where ``p`` and ``p'`` are P(fault | parents) before and after the action; the root
-   cause and the failure type then follow their conditional tables.
+   level steps from where the run sits inside its level (:func:`_landing`); an activation
+   or normalization setting replaces that node's state; ``grad_clip=c`` sets the clipping
+   node from how many of the run's recorded gradient norms ``c`` would cap (none: a clip
+   above them all changes nothing; the peaks; or most steps).
+3. **Prediction**, with the same noise: a fault present in the run stays with probability
+   ``min(p, p') / p`` and an absent one appears with ``max(0, p' - p) / (1 - p)``
+   (:func:`_faults_under`); the run's root cause stays unless its fault goes or another
+   appears (:func:`_root_cause_under`); under a new root cause the slice states are
+   recomputed slice by slice and the failure type from the last slice
+   (:func:`_failure_under`, stratified noise samples from a fixed seed).
 
-So a knob that does not touch the run's fault leaves the failure in place, and a fix that
-removes it removes the failure, unless another fault the action creates takes its place.
-The faults are dependent given the evidence (a failing run has one root cause, which explains
-the other faults away), so the abduction is stratified by the posterior root cause: within a
-stratum the faults are treated as independent given their abducted posteriors, and the
-strata are mixed by their posterior weights.
+The faults are dependent given the evidence (a failing run has one root cause, which
+explains the other faults away), so the abduction is stratified by the posterior root cause,
+and the strata are mixed by their posterior weights.
 
-Consistency. Factual and counterfactual are both answered by the twin network, on one
-scale: the factual world is the same abduction and prediction without an action, and a knob
-at its factual value (a multiplier of 1, a clip above every recorded gradient norm, the
-run's own activation) is no action at all, so a no-op returns ``p_failure ==
-p_failure_factual`` exactly. The twin network's scale is not the
-calibrated posterior of ``explain`` (its stratified abduction reproduces that posterior only
-approximately, and the calibration map was fitted on factual verdicts, not on re-runs); the
-posterior is kept in ``metadata["posterior_p_failure"]``. Putting the counterfactual on the
-posterior's scale was measured and dropped: adding the twin's difference to the posterior and
-calibrating it took what_if accuracy against re-runs on the zoo's seed-10 runs from 0.92 to
-0.71, and multiplying the odds did worse (``docs/design-notes.md``).
+Consistency. The factual answer is the network's posterior, and the counterfactual is that
+posterior with each stratum's prediction in place of its factual share; both go through the
+same calibration map, so they are on one scale, and an action that moves nothing (a
+multiplier of 1, a clip above every recorded gradient norm, the run's own activation)
+returns ``p_failure == p_failure_factual`` exactly.
 """
 
 from __future__ import annotations
@@ -69,7 +65,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Counterfactual", "intervene", "what_if"]
 
-_METHOD = "abduction-action-prediction (twin network, monotone faults)"
+_METHOD = "abduction-action-prediction (twin network through the slices)"
 #: Root-cause strata below this posterior weight are left out of the abduction.
 _MIN_STRATUM = 0.01
 
@@ -559,11 +555,12 @@ def what_if(reasoner: ProbabilisticReasoner, trace: Trace, **knobs: Any) -> Coun
     raw = reasoner.raw_proba(trace)
     faults = sorted(n for n, r in roles.items() if r == "fault")
     if no_op:
-        shift, details = np.zeros(len(classes)), {"root_cause_strata": {}}
+        shift, abduction, prediction = np.zeros(len(classes)), {}, {}
     else:
-        shift, details = _twin(reasoner, faults, evidence, acted, moves, latent, features)
-    # The counterfactual is the factual posterior moved by what the action changes in each
-    # root-cause stratum; both go through the same calibration map.
+        shift, abduction, prediction = _twin(reasoner, faults, evidence, acted, moves, latent,
+                                             features)
+    # The counterfactual is the factual posterior with each stratum's prediction in place of
+    # its factual share; both go through the same calibration map.
     cf_raw = np.clip(raw + shift, 0.0, None)
     cf_raw = cf_raw / cf_raw.sum()
     factual = reasoner.calibrator_.transform(raw[None])[0]
@@ -577,18 +574,20 @@ def what_if(reasoner: ProbabilisticReasoner, trace: Trace, **knobs: Any) -> Coun
         p_failure_types_factual={c: float(p) for c, p in zip(classes, factual)},
         metadata={
             "method": _METHOD,
+            "abduction": abduction,
             "action": {**acted, **{f"{n} (level steps)": round(v, 3)
                                    for n, v in moves.items()}},
+            "prediction": prediction,
             "no_op": no_op,
             "raw_p_failure_factual": float(1.0 - raw[healthy]),
             "raw_p_failure": float(1.0 - cf_raw[healthy]),
-            **details,
         })
 
 
 def _twin(reasoner: ProbabilisticReasoner, faults: list[str], evidence: dict[str, str],
           acted: dict[str, str], moves: dict[str, float], latent: set[str],
-          features: dict[str, float]) -> tuple[np.ndarray, dict[str, Any]]:
+          features: dict[str, float]
+          ) -> tuple[np.ndarray, dict[str, Any], dict[str, Any]]:
     """Abduction, action and prediction on the twin network, stratified by root cause.
 
     The faults are dependent given the evidence (co-parents of the root cause: a failing run
@@ -604,13 +603,16 @@ def _twin(reasoner: ProbabilisticReasoner, faults: list[str], evidence: dict[str
         Counterfactual minus factual P(failure type), summed over the strata with posterior
         weight >= ``_MIN_STRATUM`` (``classes_`` order); the lighter strata are left as they
         are.
-    details : dict
-        Per stratum: its weight, the faults before and after, the root cause after.
+    abduction : dict
+        The root-cause strata's posterior weights and, per stratum, the faults' posteriors.
+    prediction : dict
+        Per stratum: the faults and the root cause after the action, and P(failure).
     """
     _, names, values = _joint(reasoner, ["root_cause"], evidence)
     classes = list(reasoner.classes_)
     shift = np.zeros(len(classes))
-    strata: dict[str, Any] = {}
+    abduction: dict[str, Any] = {"root_cause": {}, "p_fault": {}}
+    prediction: dict[str, Any] = {"p_fault": {}, "root_cause": {}, "p_failure": {}}
     for cause, weight in zip(names["root_cause"], values):
         weight = float(weight)
         if weight < _MIN_STRATUM:
@@ -623,11 +625,12 @@ def _twin(reasoner: ProbabilisticReasoner, faults: list[str], evidence: dict[str
         p_ft = np.array([ft_values[ft_names["failure_type"].index(c)] for c in classes])
         after = _failure_under(reasoner, evidence, str(cause), p_ft, new_causes)
         shift += weight * (after - p_ft)
-        strata[str(cause)] = {
-            "weight": round(weight, 4),
-            "p_fault": {f: round(q_old[f], 4) for f in faults if q_old[f] >= 0.01},
-            "p_fault_after": {f: round(q_new[f], 4) for f in faults
-                              if max(q_new[f], q_old[f]) >= 0.01},
-            "root_cause_after": {r: round(w, 4) for r, w in new_causes.items() if w >= 0.001},
-            "p_failure_after": round(float(1.0 - after[classes.index(HEALTHY)]), 4)}
-    return shift, {"root_cause_strata": strata}
+        key = str(cause)
+        abduction["root_cause"][key] = round(weight, 4)
+        abduction["p_fault"][key] = {f: round(q_old[f], 4) for f in faults if q_old[f] >= 0.01}
+        prediction["p_fault"][key] = {f: round(q_new[f], 4) for f in faults
+                                      if max(q_new[f], q_old[f]) >= 0.01}
+        prediction["root_cause"][key] = {r: round(w, 4) for r, w in new_causes.items()
+                                         if w >= 0.001}
+        prediction["p_failure"][key] = round(float(1.0 - after[classes.index(HEALTHY)]), 4)
+    return shift, abduction, prediction

@@ -76,7 +76,7 @@ def locate_origin(trace: Trace, disc: Discretized, failure_type: str
         start, end = int(trace.steps["step"].min()), int(trace.steps["step"].max()) + 1
     names = list(disc.blocks[block])
     stats = trace.stats
-    layer, step = names[0], int(start)
+    layer, step = (names[0] if names else ""), int(start)
     if len(stats) and column in stats.columns:
         sel = stats[(stats["step"] >= start) & (stats["step"] < end)
                     & stats["module_name"].isin(names)]
@@ -94,5 +94,6 @@ def locate_origin(trace: Trace, disc: Discretized, failure_type: str
             target = v[pick]
             same = sub[(sub["module_name"] == layer).to_numpy() & (v == target)]
             step = int(same["step"].min()) if len(same) else int(sub["step"].iloc[pick])
-    path = [f"block {b} ({disc.blocks[b][0]}..{disc.blocks[b][-1]})" for b in order]
+    path = [f"block {b} ({disc.blocks[b][0]}..{disc.blocks[b][-1]})" for b in order
+            if disc.blocks[b]]
     return layer, step, path
