@@ -17,7 +17,7 @@ in the causal direction (knobs cause the dynamics, the failure is what the dynam
     grad[b]@t <- root_cause, grad[b]@t-1, grad[b+1]@t     gradients flow output -> input
     act[b]@t  <- root_cause, act[b]@t-1,  act[b-1]@t      activations flow input -> output
         |
-        v  (the last slice's loss, gradient and activation states)
+        v  (the last slice's loss, gradient and activation states; the output gradient before)
     failure_type  ->  run evidence (progress, spikes, grad_ratio), the rules' verdict
 
 The rules decide which edges exist (a cause's fault node hangs on the parents its rule
@@ -427,13 +427,19 @@ def build_structure(*, n_slices: int = 4, n_blocks: int = 3, prior_strength: flo
                 rows[node] = slice_row
 
     last = n_slices - 1
+    # the last slice's states, and the output block's gradient one slice earlier: gradients
+    # that grew before the loss turned non-finite are what tells exploding gradients from a
+    # divergence (CONTRACT.md, vocabularies)
     ft_parents = [slice_node("loss", last)] + [slice_node(k, last, b) for k in ("grad", "act")
                                                for b in range(n_blocks)]
+    lead = slice_node("grad", last - 1, n_blocks - 1)
+    ft_parents.append(lead)
     states["failure_type"], roles["failure_type"] = ft_states, "failure_type"
     parents["failure_type"] = tuple(sorted(ft_parents))
     where_of = {n: ("late",) if n.startswith("loss") else (
         "late", "output" if n.endswith(f"[{n_blocks - 1}]@{last}") else "input")
         for n in ft_parents}
+    where_of[lead] = ("early" if last - 1 < max(1, n_slices - 2) else "late", "output")
 
     def ft_row(**kw: str) -> np.ndarray:
         return _failure_row(kw, where_of, states, by_mode, ft_states)

@@ -212,9 +212,10 @@ def test_export_graph_mermaid_and_tables(fitted) -> None:
     assert isinstance(table, pd.DataFrame)
     np.testing.assert_allclose(table.sum(axis=1), 1.0)
     # learned: a loss that fell with healthy layers is healthy, a non-finite one is not
-    assert table.loc[("normal", "normal", "healthy", "healthy", "low"), HEALTHY] > 0.5
-    assert table.loc[("anomalous", "anomalous", "nonfinite", "nonfinite", "nonfinite"),
-                     HEALTHY] < 0.1
+    # (parents: act[0]@1, act[1]@1, grad[0]@1, grad[1]@0, grad[1]@1, loss@1)
+    assert table.loc[("normal", "normal", "healthy", "healthy", "healthy", "low"), HEALTHY] > 0.5
+    assert table.loc[("anomalous", "anomalous", "nonfinite", "exploding", "nonfinite",
+                      "nonfinite"), HEALTHY] < 0.1
     with pytest.raises(KeyError, match="Unknown node"):
         cpd_frame(model, "nope")
 
