@@ -28,8 +28,8 @@ from neuraldbg.methods import (
 from neuraldbg.records import FAILURE_TYPES, HEALTHY, ROOT_CAUSES, Event, Hypothesis
 from neuraldbg.reporting import write_report
 from neuraldbg.trace import SCHEMA_VERSION, Trace, load_trace
+from neuraldbg.version import __version__
 
-__version__ = "0.1.0"
 
 __all__ = [
     "NeuralDbg",

@@ -585,7 +585,7 @@ class Recorder:
         return mods
 
     def _meta(self) -> dict[str, Any]:
-        import neuraldbg
+        from neuraldbg.version import __version__
 
         return {
             "status": self._status,
@@ -606,7 +606,7 @@ class Recorder:
             "n_steps": self._step,
             "started_unix": getattr(self, "_started", None),
             "versions": {
-                "neuraldbg": neuraldbg.__version__,
+                "neuraldbg": __version__,
                 "torch": torch.__version__,
                 "python": sys.version.split()[0],
                 "platform": platform.platform(),

@@ -9,7 +9,8 @@ import torch
 from torch import nn
 
 import neuraldbg as ndb
-from benchmarks.baselines import BASELINES, get_method, list_methods
+from benchmarks.baselines import BASELINES
+from neuraldbg.methods import available_methods, get_method
 from benchmarks.baselines.autotrainer import AutoTrainerBaseline
 from benchmarks.baselines.deepdiagnosis import DeepDiagnosisBaseline
 from neuraldbg.records import FAILURE_TYPES, ROOT_CAUSES, Hypothesis
@@ -52,7 +53,7 @@ def runs() -> dict[str, Trace]:
 
 def test_registered_by_name() -> None:
     for name in BASELINES:
-        assert name in list_methods()
+        assert name in available_methods()
         assert hasattr(get_method(name), "explain")
 
 

@@ -7,7 +7,7 @@ import pytest
 from reasoner_traces import make_trace
 
 import neuraldbg as ndb
-from neuraldbg.methods import _METHODS, available_methods, get_method, register_method
+from neuraldbg.methods import available_methods, get_method, register_method, unregister_method
 from neuraldbg.records import Hypothesis
 
 
@@ -38,7 +38,7 @@ def test_register_a_custom_method_and_pass_an_instance():
         with pytest.raises(TypeError, match="explain"):
             register_method("no_explain_test")(type("NoExplain", (), {}))
     finally:
-        _METHODS.pop("always_plateau_test", None)
+        unregister_method("always_plateau_test")
 
 
 def test_probabilistic_method_is_found_through_its_entry_point_and_explains():

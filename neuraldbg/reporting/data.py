@@ -14,8 +14,7 @@ from typing import Any
 import networkx as nx
 import numpy as np
 
-from neuraldbg.debugger import what_if
-from neuraldbg.methods import Diagnosis, diagnose, explain
+from neuraldbg.methods import Diagnosis, diagnose, explain, what_if
 from neuraldbg.records import Hypothesis
 from neuraldbg.reporting.summary import RunSummary, summarize_run
 from neuraldbg.reporting.words import TraceEvidence, knobs_words, what_if_meaning
