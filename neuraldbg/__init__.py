@@ -17,6 +17,7 @@ from neuraldbg.errors import (
     TraceLockedError,
 )
 from neuraldbg.methods import (
+    DiagnosisMethod,
     HeuristicReasoner,
     detect_coupled_failures,
     explain,
@@ -30,9 +31,10 @@ from neuraldbg.reporting import write_report
 from neuraldbg.trace import SCHEMA_VERSION, Trace, load_trace
 from neuraldbg.version import __version__
 
-
 __all__ = [
     "NeuralDbg",
+    "__version__",
+    "DiagnosisMethod",
     "what_if",
     "explain",
     "get_root_causes",

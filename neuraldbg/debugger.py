@@ -1,5 +1,8 @@
-"""``NeuralDbg``: the user-facing object. Capture (from :mod:`neuraldbg.capture`) plus the
-diagnosis entry points, which read the recorded trace and never touch the hooks."""
+"""``NeuralDbg``: the user-facing object.
+
+Capture (from :mod:`neuraldbg.capture`) plus the diagnosis entry points, which read the
+recorded trace and never touch the hooks.
+"""
 
 from __future__ import annotations
 
@@ -65,14 +68,18 @@ class NeuralDbg(Recorder):
         return explain(self.trace, method)
 
     def get_root_causes(self, method: str | DiagnosisMethod = "heuristic") -> list[RootCause]:
-        """Root causes of the recorded run, highest confidence first
-        (:func:`neuraldbg.methods.get_root_causes`)."""
+        """Root causes of the recorded run, highest confidence first.
+
+        See :func:`neuraldbg.methods.get_root_causes`.
+        """
         return get_root_causes(self.trace, method)
 
     def detect_coupled_failures(self, window: int | None = None) -> list[CoupledFailure]:
-        """Failure onsets in different layers within ``window`` steps, cause before effect
-        (:func:`neuraldbg.methods.detect_coupled_failures`; ``window`` defaults to
-        :attr:`neuraldbg.states.ThresholdConfig.window`)."""
+        """Failure onsets in different layers within ``window`` steps, cause before effect.
+
+        See :func:`neuraldbg.methods.detect_coupled_failures`; ``window`` defaults to
+        :attr:`neuraldbg.states.ThresholdConfig.window`.
+        """
         return detect_coupled_failures(self.trace, window)
 
     def causal_graph(self) -> nx.DiGraph:

@@ -2,11 +2,12 @@
 
 ``explain(trace, method="heuristic")`` runs a registered method. Every method satisfies the
 :class:`DiagnosisMethod` protocol (``explain(trace) -> list[Hypothesis]``, highest confidence
-first); ``tests/test_method_conformance.py`` checks each registered one on real runs. ``"heuristic"`` is the
-Post-Mortem Reasoner (states -> events -> compression -> hypotheses). Methods that live in
-other installed packages are found through the ``neuraldbg.methods`` entry-point group and
-loaded on first use: the ``causal_models`` package declares ``"probabilistic"`` there, so
-``neuraldbg`` never imports it. A researcher adds a method with :func:`register_method`::
+first); ``tests/test_method_conformance.py`` checks each registered one on real runs.
+``"heuristic"`` is the Post-Mortem Reasoner (states -> events -> compression -> hypotheses).
+Methods that live in other installed packages are found through the ``neuraldbg.methods``
+entry-point group and loaded on first use: the ``causal_models`` package declares
+``"probabilistic"`` there, so ``neuraldbg`` never imports it. A researcher adds a method
+with :func:`register_method`::
 
     @register_method("my_rules")
     class MyRules:
@@ -35,8 +36,8 @@ from neuraldbg.compressor import Compression, CoupledFailure, compress
 from neuraldbg.errors import MissingDependencyError
 from neuraldbg.events import LossDynamics, extract_events, loss_dynamics
 from neuraldbg.graph import build_causal_graph, to_mermaid
-from neuraldbg.knobs import validate_knobs
 from neuraldbg.hypotheses import RootCause, generate_hypotheses, rank_root_causes, resolve_overlaps
+from neuraldbg.knobs import validate_knobs
 from neuraldbg.ranks import combine_ranks
 from neuraldbg.records import FAILURE_TYPES, HEALTHY, Event, Hypothesis
 from neuraldbg.registry_base import Registry
@@ -341,7 +342,7 @@ class HeuristicReasoner:
         """Failure types, then ``"healthy"``."""
         return [*FAILURE_TYPES, HEALTHY]
 
-    def fit(self, traces: Iterable[Trace] | None = None, y: Any = None) -> HeuristicReasoner:
+    def fit(self, traces: Iterable[Trace] | None = None, y: object = None) -> HeuristicReasoner:
         """No-op (rules are not fitted); returns ``self`` for pipeline compatibility."""
         return self
 
@@ -382,7 +383,7 @@ class HeuristicReasoner:
         return np.asarray(self.classes_, dtype=object)[proba.argmax(axis=1)]
 
 
-def explain(trace: Trace | str | os.PathLike[str], method: str | Any = "heuristic"
+def explain(trace: Trace | str | os.PathLike[str], method: str | DiagnosisMethod = "heuristic"
             ) -> list[Hypothesis]:
     """Explain a run: ranked hypotheses, highest confidence first.
 
@@ -413,8 +414,8 @@ def explain(trace: Trace | str | os.PathLike[str], method: str | Any = "heuristi
     return hedge(hypotheses, reason) if reason else hypotheses
 
 
-def get_root_causes(trace: Trace | str | os.PathLike[str], method: str | Any = "heuristic"
-                    ) -> list[RootCause]:
+def get_root_causes(trace: Trace | str | os.PathLike[str],
+                    method: str | DiagnosisMethod = "heuristic") -> list[RootCause]:
     """Root causes of a run, each at the confidence of its best hypothesis, highest first."""
     return rank_root_causes(explain(trace, method))
 

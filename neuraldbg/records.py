@@ -180,8 +180,11 @@ class Hypothesis:
                 f"confidence={self.confidence:.3f}, metadata: {_keys(self.metadata)})")
 
     def __str__(self) -> str:
-        """The claim in words, e.g. ``dead_neurons caused by negative_bias_init, from layer
-        '1' at step 3 (confidence 0.91)``."""
+        """The claim in words.
+
+        For example ``dead_neurons caused by negative_bias_init, from layer '1' at step 3
+        (confidence 0.91)``.
+        """
         cause = ("cause unknown" if self.root_cause == "unknown"
                  else f"caused by {self.root_cause}")
         return (f"{self.failure_type} {cause}, from layer {self.origin_layer!r} at step "
