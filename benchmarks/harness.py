@@ -126,8 +126,11 @@ def _latency(model: Any, trace: Any, truth: dict[str, Any]) -> float:
 
 def score_method_on_run(model: DiagnosisMethod, trace: Any, truth: dict[str, Any], *,
                         latency: bool) -> dict[str, Any]:
-    """One method's answer on one run, scored: the fields of :func:`metrics.score_run` plus
-    ``latency``, ``explain_s``, ``suggested_fix`` (JSON) and ``hypotheses`` (JSON)."""
+    """One method's answer on one run, scored.
+
+    The fields of :func:`metrics.score_run` plus ``latency``, ``explain_s``,
+    ``suggested_fix`` (JSON) and ``hypotheses`` (JSON).
+    """
     t0 = time.perf_counter()
     hyps = list(model.explain(trace))
     dt = time.perf_counter() - t0
@@ -165,8 +168,8 @@ def task_diagnose(path: str, methods: list[str], latency: bool) -> list[dict[str
     for name in methods:
         base = {**_truth_fields(path, truth), "method": name, "split": "none", "fold": ""}
         try:
-            rows.append({**base, **score_method_on_run(_method(name), trace, truth, latency=latency),
-                         "error": ""})
+            scored = score_method_on_run(_method(name), trace, truth, latency=latency)
+            rows.append({**base, **scored, "error": ""})
         except Exception as exc:
             rows.append({**base, "error": f"{type(exc).__name__}: {exc}"})
     return rows
@@ -221,8 +224,8 @@ def _one_fold(f: dict[str, Any], get: Any, get_fit: Any, latency: bool) -> dict[
         base = {**_truth_fields(path, truth), "method": "probabilistic", "split": split,
                 "fold": fold}
         try:
-            out["records"].append({**base, **score_method_on_run(model, trace, truth, latency=latency),
-                                   "error": ""})
+            scored = score_method_on_run(model, trace, truth, latency=latency)
+            out["records"].append({**base, **scored, "error": ""})
         except Exception as exc:
             out["records"].append({**base, "error": f"{type(exc).__name__}: {exc}"})
         for case in f["cases"].get(path, []):

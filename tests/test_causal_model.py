@@ -10,8 +10,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import neuraldbg as ndb
 import experiments
+import neuraldbg as ndb
 from benchmarks.fit_default import with_family_labels
 from causal_models import (
     Counterfactual,

@@ -4,7 +4,7 @@ scikit-learn's ``parametrize_with_checks`` idea: the checks below run for each n
 :func:`neuraldbg.methods.available_methods` (the heuristic, the probabilistic model through
 its entry point, the ported baselines), so a method registered tomorrow is checked too. The
 runs are small real trainings through real hooks: a healthy MLP, the same MLP at a learning
-rate that makes it diverge to NaN, and one whose ReLUs die.
+rate that makes it diverge to NaN, one whose ReLUs die, and a deep sigmoid stack.
 """
 
 from __future__ import annotations
@@ -23,15 +23,37 @@ from neuraldbg.records import HEALTHY, Hypothesis, failure_types, root_causes
 from neuraldbg.trace import Trace
 
 METHODS = available_methods()
+KINDS = ("healthy", "diverging", "dead", "vanishing")
+#: Ports that are reproduced as published, false alarms included: on this healthy run they
+#: raise a confident alarm, as on the benchmark's healthy controls (papers/report.md, healthy
+#: FPR 0.62 for anomaly_rank, 1.00 for sagemaker_debugger). Tuning a port to pass would
+#: misreport the peer. Strict: if a port stops alarming here, the marker must go.
+PUBLISHED_FALSE_ALARMS = {
+    "anomaly_rank": "the output layer's activation std grows as it learns: exploding_gradients",
+    "sagemaker_debugger": "its poor_weight_initialization rule fires at step 0",
+}
+
+
+def _healthy_params() -> list:
+    return [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=PUBLISHED_FALSE_ALARMS[n]))
+            if n in PUBLISHED_FALSE_ALARMS else n for n in METHODS]
 
 
 def _train(kind: str, steps: int = 60, seed: int = 0) -> Trace:
-    """A small MLP trained under NeuralDbg: healthy, diverging (lr=20) or with dead ReLUs."""
+    """A small MLP trained under NeuralDbg.
+
+    Healthy, diverging (lr=20), with dead ReLUs, or vanishing (eight sigmoid layers).
+    """
     torch.manual_seed(seed)
     x = torch.randn(128, 8)
     y = (x[:, :2].sum(1, keepdim=True) > 0).float()
-    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 16), nn.ReLU(),
-                          nn.Linear(16, 1))
+    act, depth = (nn.Sigmoid, 8) if kind == "vanishing" else (nn.ReLU, 2)
+    layers: list[nn.Module] = []
+    width = 8
+    for _ in range(depth):
+        layers += [nn.Linear(width, 16), act()]
+        width = 16
+    model = nn.Sequential(*layers, nn.Linear(width, 1))
     if kind == "dead":  # the second ReLU's inputs are all negative
         with torch.no_grad():
             model[2].bias.fill_(-8.0)
@@ -49,7 +71,7 @@ def _train(kind: str, steps: int = 60, seed: int = 0) -> Trace:
 
 @pytest.fixture(scope="module")
 def runs() -> dict[str, Trace]:
-    return {kind: _train(kind) for kind in ("healthy", "diverging", "dead")}
+    return {kind: _train(kind) for kind in KINDS}
 
 
 @pytest.fixture(scope="module")
@@ -63,6 +85,7 @@ def test_every_kind_of_method_is_checked() -> None:
     """The parametrisation is not empty: the heuristic, the entry-point method and every
     baseline are among the checked names."""
     assert {"heuristic", "probabilistic", *benchmarks.baselines.BASELINES} <= set(METHODS)
+    assert set(PUBLISHED_FALSE_ALARMS) <= set(benchmarks.baselines.BASELINES)  # never ours
 
 
 @pytest.mark.parametrize("name", METHODS)
@@ -71,7 +94,7 @@ def test_is_a_diagnosis_method(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", METHODS)
-@pytest.mark.parametrize("kind", ["healthy", "diverging", "dead"])
+@pytest.mark.parametrize("kind", KINDS)
 def test_hypotheses_meet_the_contract(name: str, kind: str, runs: dict[str, Trace],
                                       answers: dict[tuple[str, str], list[Hypothesis]]) -> None:
     trace, hyps = runs[kind], answers[name, kind]
@@ -91,7 +114,7 @@ def test_hypotheses_meet_the_contract(name: str, kind: str, runs: dict[str, Trac
     assert confidences == sorted(confidences, reverse=True), confidences
 
 
-@pytest.mark.parametrize("name", METHODS)
+@pytest.mark.parametrize("name", _healthy_params())
 def test_healthy_run_is_judged_healthy(name: str, runs: dict[str, Trace],
                                        answers: dict[tuple[str, str], list[Hypothesis]]) -> None:
     loss = runs["healthy"].steps["loss"].to_numpy()

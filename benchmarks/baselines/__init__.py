@@ -4,8 +4,8 @@
 checks), ``sagemaker_debugger`` (Amazon SageMaker Debugger's built-in rules at their
 documented defaults) and ``anomaly_rank`` (layers ranked by a robust anomaly score). Each is
 written from the published rule descriptions (docs/evaluation.md), with no peer code, and
-maps its output onto the contract's :class:`~neuraldbg.records.Hypothesis`, so the harness compares every method
-through ``explain(trace) -> list[Hypothesis]``. They register in NeuralDBG's one method
+maps its output onto the contract's :class:`~neuraldbg.records.Hypothesis`, so the harness
+compares every method through ``explain(trace) -> list[Hypothesis]``. They register in NeuralDBG's one method
 registry (:data:`neuraldbg.methods.METHODS`): ``neuraldbg.methods.get_method(name)`` returns
 any of them once this package is imported.
 """

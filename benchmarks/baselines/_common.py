@@ -17,7 +17,8 @@ import pandas as pd
 from neuraldbg.records import Hypothesis
 from neuraldbg.trace import Trace
 
-__all__ = ["BaselineMethod", "SYMPTOM_CAUSES", "hypotheses_for", "param_layers", "wide", "loss_array"]
+__all__ = ["BaselineMethod", "SYMPTOM_CAUSES", "hypotheses_for", "param_layers", "wide",
+           "loss_array"]
 
 #: Failure type -> causes in the order a practitioner would suspect them.
 SYMPTOM_CAUSES: dict[str, tuple[str, ...]] = {

@@ -33,7 +33,6 @@ from benchmarks.baselines._common import (
     BaselineMethod,
     families,
     hypotheses_for,
-    loss_array,
     param_layers,
     wide,
 )

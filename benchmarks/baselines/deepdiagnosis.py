@@ -31,7 +31,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from benchmarks.baselines._common import BaselineMethod, families, hypotheses_for, loss_array, wide
+from benchmarks.baselines._common import BaselineMethod, families, hypotheses_for, wide
 from neuraldbg.methods import register_method
 from neuraldbg.records import Hypothesis
 from neuraldbg.trace import Trace
