@@ -165,10 +165,11 @@ class Registry(Generic[T]):
         name : object
             The name that was asked for.
         known : list of str, optional
-            The names to list; :meth:`names` when omitted (a caller that also knows names
-            not registered yet, such as declared entry points, passes them all).
+            The names to list (sorted in the message); :meth:`names` when omitted (a caller
+            that also knows names not registered yet, such as declared entry points, passes
+            them all).
         """
-        known = self.names() if known is None else known
+        known = sorted(self.names() if known is None else known)
         return UnknownNameError(
             f"Unknown {self.kind} {name!r}. Known {self.plural} are: {known}."
         )
