@@ -28,7 +28,8 @@ def test_register_get_names_and_order() -> None:
 def test_duplicate_is_rejected_before_decorating() -> None:
     reg: Registry[int] = Registry("widget")
     reg.add("a", 1)
-    with pytest.raises(DuplicateNameError, match=r"widget named 'a' is already registered.*\['a'\]"):
+    with pytest.raises(DuplicateNameError,
+                       match=r"widget named 'a' is already registered.*\['a'\]"):
         reg.register("a")
     with pytest.raises(ValueError, match="already registered"):
         reg.add("a", 2)
