@@ -19,6 +19,15 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[dev,lightning,transformers,tensorboard]"
 	touch $(STAMP)
 
+# Packages held to ruff (pycodestyle, pyflakes, bugbear, pyupgrade, isort, pydocstyle with the
+# numpy convention) and mypy; both are configured in pyproject.toml. causal_models is left out
+# for now, on purpose: the causal model redesign lands next and adds it here (LINTED += causal_models).
+LINTED := neuraldbg
+
+lint: $(STAMP)
+	$(BIN)/ruff check $(LINTED)
+	$(BIN)/mypy $(LINTED)
+
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
 

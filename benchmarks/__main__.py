@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
             console.print(f"[yellow]warning:[/] {w.message}")
     metrics = harness.compute_metrics(result)
     report.print_table(metrics, console)
-    path = report.write_report(metrics, out)
+    path = report.write_benchmark_report(metrics, out)
     if not args.report_only:  # the wall and CPU time of the whole command, runs to report
         result.notes.update(total_wall_s=time.perf_counter() - t0, workers=workers,
                             backend=args.backend, cpu_s=_cpu_seconds())

@@ -48,11 +48,13 @@ from benchmarks.runs import (
     zoo_fingerprint,
 )
 from benchmarks.suites import Suite
+from neuraldbg.errors import MissingDependencyError
+from neuraldbg.methods import DiagnosisMethod, get_method
 from neuraldbg.records import HEALTHY
 
-__all__ = ["FIX_BY_CAUSE", "FIX_BY_FAILURE", "FITTED_METHODS", "suggest_fix", "available_methods",
-           "diagnose", "BenchmarkResult", "run_benchmark", "load_result", "compute_metrics",
-           "method_label"]
+__all__ = ["FIX_BY_CAUSE", "FIX_BY_FAILURE", "FITTED_METHODS", "suggest_fix",
+           "runnable_methods", "score_method_on_run", "BenchmarkResult", "run_benchmark",
+           "load_result", "compute_metrics", "method_label"]
 
 #: Methods fitted per held-out fold (never scored on what they were fitted on).
 FITTED_METHODS: tuple[str, ...] = ("probabilistic",)
@@ -75,28 +77,31 @@ def _json(obj: Any) -> str:
     return json.dumps(obj, default=default, sort_keys=True)
 
 
-def _method(name: str) -> Any:
+def _method(name: str) -> DiagnosisMethod:
     import benchmarks.baselines  # noqa: F401  (registers the baselines)
-    from benchmarks.baselines import get_method
 
     return get_method(name)
 
 
-def available_methods(requested: list[str] | None = None) -> tuple[list[str], dict[str, str]]:
-    """Methods that can run here (unfitted and fitted) and why the others cannot."""
+def runnable_methods(requested: list[str] | None = None) -> tuple[list[str], dict[str, str]]:
+    """Methods that can run here, and why the others cannot.
+
+    Only a method whose optional dependency is not installed
+    (:class:`~neuraldbg.errors.MissingDependencyError`) is left out, with the reason; any
+    other error (a broken method, an unknown name) propagates: it fails the benchmark loudly
+    instead of silently dropping a column.
+    """
     import benchmarks.baselines as B
 
     names = requested or ["heuristic", "probabilistic", *B.BASELINES]
     ok, missing = [], {}
     for name in names:
         try:
-            if name in FITTED_METHODS:
-                from causal_models import ProbabilisticReasoner  # noqa: F401
-            else:
-                _method(name)
-            ok.append(name)
-        except Exception as exc:  # a method still being built elsewhere: report, go on
+            _method(name)
+        except MissingDependencyError as exc:
             missing[name] = f"{type(exc).__name__}: {exc}"
+            continue
+        ok.append(name)
     return ok, missing
 
 
@@ -119,9 +124,13 @@ def _latency(model: Any, trace: Any, truth: dict[str, Any]) -> float:
     return math.nan
 
 
-def diagnose(model: Any, trace: Any, truth: dict[str, Any], *, latency: bool) -> dict[str, Any]:
-    """One method's answer on one run, scored: the fields of :func:`metrics.score_run` plus
-    ``latency``, ``explain_s``, ``suggested_fix`` (JSON) and ``hypotheses`` (JSON)."""
+def score_method_on_run(model: DiagnosisMethod, trace: Any, truth: dict[str, Any], *,
+                        latency: bool) -> dict[str, Any]:
+    """One method's answer on one run, scored.
+
+    The fields of :func:`metrics.score_run` plus ``latency``, ``explain_s``,
+    ``suggested_fix`` (JSON) and ``hypotheses`` (JSON).
+    """
     t0 = time.perf_counter()
     hyps = list(model.explain(trace))
     dt = time.perf_counter() - t0
@@ -159,8 +168,8 @@ def task_diagnose(path: str, methods: list[str], latency: bool) -> list[dict[str
     for name in methods:
         base = {**_truth_fields(path, truth), "method": name, "split": "none", "fold": ""}
         try:
-            rows.append({**base, **diagnose(_method(name), trace, truth, latency=latency),
-                         "error": ""})
+            scored = score_method_on_run(_method(name), trace, truth, latency=latency)
+            rows.append({**base, **scored, "error": ""})
         except Exception as exc:
             rows.append({**base, "error": f"{type(exc).__name__}: {exc}"})
     return rows
@@ -215,8 +224,8 @@ def _one_fold(f: dict[str, Any], get: Any, get_fit: Any, latency: bool) -> dict[
         base = {**_truth_fields(path, truth), "method": "probabilistic", "split": split,
                 "fold": fold}
         try:
-            out["records"].append({**base, **diagnose(model, trace, truth, latency=latency),
-                                   "error": ""})
+            scored = score_method_on_run(model, trace, truth, latency=latency)
+            out["records"].append({**base, **scored, "error": ""})
         except Exception as exc:
             out["records"].append({**base, "error": f"{type(exc).__name__}: {exc}"})
         for case in f["cases"].get(path, []):
@@ -340,7 +349,7 @@ def run_benchmark(suite: Suite, out: str | Path, *, executor: Executor | None = 
     run_dir = (Path(run_dir) if run_dir is not None else out.parent / "runs").resolve()
     executor = executor or LocalExecutor()
     fp = zoo_fingerprint()
-    names, missing = available_methods(methods)
+    names, missing = runnable_methods(methods)
     for name, why in missing.items():
         warnings.warn(f"method {name!r} unavailable, left out: {why}", stacklevel=2)
     unfitted = [m for m in names if m not in FITTED_METHODS]

@@ -25,10 +25,10 @@ import time
 from typing import Any
 
 
-__all__ = ["time_explain", "main"]
+__all__ = ["best_explain_seconds", "main"]
 
 
-def time_explain(method: Any, trace: Any, repeat: int = 3) -> float:
+def best_explain_seconds(method: Any, trace: Any, repeat: int = 3) -> float:
     """Best-of-``repeat`` wall time of ``method.explain(trace)`` in seconds.
 
     Each repeat explains a fresh ``Trace`` object over the same tables, so no per-trace cache
@@ -79,9 +79,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     big = synthetic_trace(args.steps, args.modules)
     small = synthetic_trace(small_steps, args.modules)
     model.explain(small)  # warm-up: imports and inference engine
-    t_big = time_explain(model, big, args.repeat)
-    t_small = time_explain(model, small, args.repeat)
-    h_big = time_explain(heuristic, big, 1)
+    t_big = best_explain_seconds(model, big, args.repeat)
+    t_small = best_explain_seconds(model, small, args.repeat)
+    h_big = best_explain_seconds(heuristic, big, 1)
     result = {
         "size": f"{args.steps} steps x {args.modules} modules",
         "probabilistic_seconds": round(t_big, 3),

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-__all__ = ["synthetic_trace", "time_explain", "main"]
+__all__ = ["synthetic_trace", "median_explain_seconds", "main"]
 
 _TYPES = ("Linear", "ReLU", "Linear", "Tanh")
 _FAMILY = {"Linear": "linear", "ReLU": "relu", "Tanh": "tanh"}
@@ -108,7 +108,7 @@ def synthetic_trace(n_steps: int = 10_000, n_modules: int = 100, seed: int = 0) 
     return Trace(steps=step_frame, stats=stats, modules=modules, meta=meta)
 
 
-def time_explain(trace: Any, repeat: int = 3) -> float:
+def median_explain_seconds(trace: Any, repeat: int = 3) -> float:
     """Median seconds of ``repeat`` heuristic explains of ``trace``."""
     from neuraldbg.methods import explain
 
@@ -133,8 +133,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     small = synthetic_trace(small_steps, args.modules, seed=0)
     big = synthetic_trace(args.steps, args.modules, seed=0)
     explain(small)  # warm-up: imports, first-call overheads
-    t_small = time_explain(small, args.repeat)
-    t_big = time_explain(big, args.repeat)
+    t_small = median_explain_seconds(small, args.repeat)
+    t_big = median_explain_seconds(big, args.repeat)
     n_small, n_big = small_steps * args.modules, args.steps * args.modules
     exponent = math.log(t_big / t_small) / math.log(n_big / n_small)
     top = explain(big)[:3]

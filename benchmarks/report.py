@@ -28,7 +28,7 @@ from neuraldbg.records import HEALTHY  # noqa: E402
 
 __all__ = ["MAIN_COLUMNS", "fmt", "write_metrics", "print_table", "markdown_tables",
            "per_family_table", "per_family_tables",
-           "plot_reliability", "plot_ac_at_k", "plot_health_heatmaps", "write_report",
+           "plot_reliability", "plot_ac_at_k", "plot_zoo_heatmaps", "write_benchmark_report",
            "load_results"]
 
 #: (metric key, column title) of the main comparison table.
@@ -270,7 +270,7 @@ def plot_ac_at_k(records: pd.DataFrame, path: Path, k_max: int = 5) -> Path:
     return path
 
 
-def plot_health_heatmaps(examples: list[tuple[str, str]], path: Path) -> Path | None:
+def plot_zoo_heatmaps(examples: list[tuple[str, str]], path: Path) -> Path | None:
     """Layer x step health heatmap of one run per failure family (``(title, trace dir)``).
 
     Drawn by :func:`neuraldbg.reporting.figures.plot_health_heatmaps`; the true origin
@@ -310,14 +310,14 @@ def make_figures(out: Path, fig_dir: Path | None = None) -> dict[str, Path]:
     figs["reliability"] = plot_reliability(rec, fig_dir / "reliability.png")
     figs["ac_at_k"] = plot_ac_at_k(rec, fig_dir / "ac_at_k.png")
     fail = rec[(rec["true_failure"] != HEALTHY)].drop_duplicates("family").sort_values("family")
-    p = plot_health_heatmaps([(r["family"], r["run"]) for _, r in fail.iterrows()],
+    p = plot_zoo_heatmaps([(r["family"], r["run"]) for _, r in fail.iterrows()],
                              fig_dir / "health_heatmaps.png")
     if p is not None:
         figs["health_heatmaps"] = p
     return figs
 
 
-def write_report(metrics: dict[str, Any], out: Path) -> Path:
+def write_benchmark_report(metrics: dict[str, Any], out: Path) -> Path:
     """``report.md`` of one benchmark directory (tables and figures)."""
     out = Path(out)
     figs = make_figures(out)

@@ -1,7 +1,8 @@
-"""The scenario-family registry: a plain dict behind a decorator.
+"""The scenario-family registry: :data:`FAMILIES`, a :class:`neuraldbg.registry_base.Registry`.
 
 A family is a builder ``severity -> Scenario`` plus its labels (:class:`FamilySpec`). The
-decorator rejects a duplicate name; a lookup miss lists the known names.
+decorator rejects a duplicate name; a lookup miss lists the known names;
+``FAMILIES.unregister(name)`` removes one.
 
 Examples
 --------
@@ -23,8 +24,9 @@ from typing import Any, Literal
 
 from experiments.scenario import Scenario
 from neuraldbg.knobs import make_knobs
+from neuraldbg.registry_base import Registry
 
-__all__ = ["FamilySpec", "register_family", "get_family", "list_families", "build_scenario"]
+__all__ = ["FAMILIES", "FamilySpec", "register_family", "get_family", "list_families", "build_scenario"]
 
 Builder = Callable[[float], Scenario]
 
@@ -121,7 +123,9 @@ class FamilySpec:
         return asdict(self)
 
 
-_FAMILIES: dict[str, tuple[FamilySpec, Builder]] = {}
+#: Scenario families by name: ``(spec, builder)``. ``FAMILIES.unregister(name)`` removes one.
+FAMILIES: Registry[tuple[FamilySpec, Builder]] = Registry("scenario family",
+                                                          plural="scenario families")
 
 
 def _check_spec(spec: FamilySpec) -> None:
@@ -189,26 +193,15 @@ def register_family(**spec_fields: Any) -> Callable[[Builder], Builder]:
         spec = FamilySpec(**{**spec.to_dict(), "root_causes": (spec.root_cause,)})
 
     def decorator(builder: Builder) -> Builder:
-        if spec.name in _FAMILIES:
-            raise ValueError(
-                f"A scenario family named {spec.name!r} is already registered. Choose another "
-                f"name; registered families are: {sorted(_FAMILIES)}"
-            )
         _check_spec(spec)
-        _FAMILIES[spec.name] = (spec, builder)
+        FAMILIES.add(spec.name, (spec, builder))  # DuplicateNameError on a taken name
         return builder
 
     return decorator
 
 
 def _lookup(name: str | FamilySpec) -> tuple[FamilySpec, Builder]:
-    key = name.name if isinstance(name, FamilySpec) else name
-    try:
-        return _FAMILIES[key]
-    except KeyError:
-        raise ValueError(
-            f"Unknown scenario family {key!r}. Known families are: {sorted(_FAMILIES)}"
-        ) from None
+    return FAMILIES.get(name.name if isinstance(name, FamilySpec) else name)
 
 
 def get_family(name: str | FamilySpec) -> FamilySpec:
@@ -216,8 +209,8 @@ def get_family(name: str | FamilySpec) -> FamilySpec:
 
     Raises
     ------
-    ValueError
-        If no family has that name; the message lists the known ones.
+    neuraldbg.registry_base.UnknownNameError
+        If no family has that name (a ``ValueError``); the message lists the known ones.
     """
     return _lookup(name)[0]
 
@@ -230,7 +223,7 @@ def list_families(kind: Literal["failure", "healthy"] | None = None) -> list[Fam
     kind : {"failure", "healthy"} or None, default=None
         Only families of that kind.
     """
-    specs = [spec for spec, _ in _FAMILIES.values() if kind is None or spec.kind == kind]
+    specs = [spec for spec, _ in FAMILIES.values() if kind is None or spec.kind == kind]
     return sorted(specs, key=lambda s: (s.kind != "failure", s.name))
 
 

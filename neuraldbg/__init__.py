@@ -17,6 +17,7 @@ from neuraldbg.errors import (
     TraceLockedError,
 )
 from neuraldbg.methods import (
+    DiagnosisMethod,
     HeuristicReasoner,
     detect_coupled_failures,
     explain,
@@ -28,11 +29,12 @@ from neuraldbg.methods import (
 from neuraldbg.records import FAILURE_TYPES, HEALTHY, ROOT_CAUSES, Event, Hypothesis
 from neuraldbg.reporting import write_report
 from neuraldbg.trace import SCHEMA_VERSION, Trace, load_trace
-
-__version__ = "0.1.0"
+from neuraldbg.version import __version__
 
 __all__ = [
     "NeuralDbg",
+    "__version__",
+    "DiagnosisMethod",
     "what_if",
     "explain",
     "get_root_causes",

@@ -116,6 +116,7 @@ class ActivationBatch:
         self._got_grad: list[bool] = []
 
     def __len__(self) -> int:
+        """Number of recorded calls."""
         return len(self.calls)
 
     # ------------------------------------------------------------------ hook side

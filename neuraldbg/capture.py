@@ -228,6 +228,7 @@ class Recorder:
 
     # --------------------------------------------------------------- lifecycle
     def __enter__(self) -> Recorder:
+        """Register the hooks and start recording (see the class docstring)."""
         if self._active:
             raise CaptureError("This NeuralDbg is already active; enter it once.")
         writer = None
@@ -263,6 +264,7 @@ class Recorder:
         return self
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        """Remove every hook (also on error) and finish the trace."""
         try:
             self._remove_hooks()
         finally:
@@ -420,8 +422,10 @@ class Recorder:
 
     @property
     def optimizer_stepped(self) -> bool:
-        """Whether an optimizer has stepped since the last :meth:`step` (for callbacks that
-        run after every micro-batch of an accumulated step)."""
+        """Whether an optimizer has stepped since the last :meth:`step`.
+
+        For callbacks that run after every micro-batch of an accumulated step.
+        """
         return bool(self._stepped)
 
     def step(self, loss: torch.Tensor | float | None = None) -> None:
@@ -585,7 +589,7 @@ class Recorder:
         return mods
 
     def _meta(self) -> dict[str, Any]:
-        import neuraldbg
+        from neuraldbg.version import __version__
 
         return {
             "status": self._status,
@@ -606,7 +610,7 @@ class Recorder:
             "n_steps": self._step,
             "started_unix": getattr(self, "_started", None),
             "versions": {
-                "neuraldbg": neuraldbg.__version__,
+                "neuraldbg": __version__,
                 "torch": torch.__version__,
                 "python": sys.version.split()[0],
                 "platform": platform.platform(),

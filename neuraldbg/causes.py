@@ -235,8 +235,10 @@ def gather_facts(trace: Trace, states: StateTable, dyn: LossDynamics) -> RunFact
 
 
 def _grad_growth(trace: Trace, n_steps: int) -> tuple[float, float, float]:
-    """(power-law exponent, its R^2, the share of steps where it grew) of the global
-    gradient norm over the first ``n_steps`` steps before any non-finite or zero norm."""
+    """Growth of the global gradient norm: (power-law exponent, R^2, share of steps grown).
+
+    Over the first ``n_steps`` steps before any non-finite or zero norm.
+    """
     g = trace.steps["grad_norm"].to_numpy(dtype=float) if "grad_norm" in trace.steps \
         else np.zeros(0)
     ok = np.isfinite(g) & (g > 0)

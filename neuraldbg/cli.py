@@ -14,9 +14,12 @@ import os
 import signal
 import sys
 from collections.abc import Sequence
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from neuraldbg.knobs import KNOBS
+
+if TYPE_CHECKING:  # the commands import the heavy modules lazily, for a fast --help
+    from neuraldbg.trace import Trace
 
 __all__ = ["main", "build_parser"]
 
@@ -139,7 +142,7 @@ def _finite(obj: Any) -> Any:
     return obj
 
 
-def _cmd_show(trace: Any, args: argparse.Namespace) -> None:
+def _cmd_show(trace: Trace, args: argparse.Namespace) -> None:
     from dataclasses import asdict
 
     from neuraldbg.reporting import summarize_run
@@ -172,7 +175,7 @@ def _cmd_show(trace: Any, args: argparse.Namespace) -> None:
     print("\n".join(lines))
 
 
-def _cmd_explain(trace: Any, args: argparse.Namespace) -> None:
+def _cmd_explain(trace: Trace, args: argparse.Namespace) -> None:
     import neuraldbg as ndb
     from neuraldbg.reporting import summarize_run
     from neuraldbg.reporting.summary import module_types
@@ -206,7 +209,7 @@ def _cmd_explain(trace: Any, args: argparse.Namespace) -> None:
         print(f"\n{len(hyps) - len(shown)} more with lower confidence (--all lists them).")
 
 
-def _cmd_what_if(trace: Any, args: argparse.Namespace) -> None:
+def _cmd_what_if(trace: Trace, args: argparse.Namespace) -> None:
     import neuraldbg as ndb
     from neuraldbg.reporting.words import knobs_words, what_if_meaning
 
@@ -229,7 +232,7 @@ def _cmd_what_if(trace: Any, args: argparse.Namespace) -> None:
     print(meaning)
 
 
-def _cmd_report(trace: Any, args: argparse.Namespace) -> None:
+def _cmd_report(trace: Trace, args: argparse.Namespace) -> None:
     from neuraldbg.reporting import write_report
 
     fmt = args.format
@@ -238,7 +241,7 @@ def _cmd_report(trace: Any, args: argparse.Namespace) -> None:
     print(f"wrote {path}")
 
 
-def _cmd_export(trace: Any, args: argparse.Namespace) -> None:
+def _cmd_export(trace: Trace, args: argparse.Namespace) -> None:
     from neuraldbg.tensorboard import export_tensorboard
 
     path = export_tensorboard(trace, args.tensorboard)

@@ -30,7 +30,7 @@ import numpy as np
 
 from neuraldbg.events import LOSS, MODEL
 from neuraldbg.records import Event
-from neuraldbg.states import StateTable
+from neuraldbg.states import StateTable, ThresholdConfig
 
 __all__ = [
     "Propagation",
@@ -38,7 +38,7 @@ __all__ = [
     "Compression",
     "first_occurrences",
     "trace_propagation",
-    "detect_coupled_failures",
+    "couple_onsets",
     "compress",
     "failure_onsets",
     "FAILURE_KINDS",
@@ -267,7 +267,7 @@ def _severity(states: StateTable, ev: Event, column: str) -> float:
     return float(np.median(tail)) if len(tail) else 0.0
 
 
-def trace_propagation(onsets: list[Event], states: StateTable, window: int = 5
+def trace_propagation(onsets: list[Event], states: StateTable, window: int | None = None
                       ) -> dict[str, Propagation]:
     """Origin and path of each failure kind present in ``onsets``.
 
@@ -276,8 +276,10 @@ def trace_propagation(onsets: list[Event], states: StateTable, window: int = 5
     onsets : list of Event
         First entries into failure states (:func:`failure_onsets`).
     states : StateTable
-    window : int, default=5
-        Activation-failure onsets this close to the first count as simultaneous.
+        The classified states (their ``config`` holds the default window).
+    window : int, optional
+        Activation-failure onsets this close to the first count as simultaneous;
+        ``states.config.window`` (:class:`~neuraldbg.states.ThresholdConfig`) when omitted.
 
     Returns
     -------
@@ -285,6 +287,7 @@ def trace_propagation(onsets: list[Event], states: StateTable, window: int = 5
         Keyed by event kind, plus ``"activation_nonfinite"`` when the forward pass turned
         non-finite.
     """
+    window = states.config.window if window is None else window
     by_kind: dict[str, list[Event]] = {}
     for ev in onsets:
         by_kind.setdefault(ev.kind, []).append(ev)
@@ -328,15 +331,16 @@ def _order(a: Event, b: Event) -> tuple[Event, Event]:
     return (a, b) if _index(a) >= _index(b) else (b, a)  # backward: output side first
 
 
-def detect_coupled_failures(events: list[Event], window: int = 5) -> list[CoupledFailure]:
+def couple_onsets(events: list[Event], window: int | None = None
+                            ) -> list[CoupledFailure]:
     """Failure onsets in different layers within ``window`` steps, ordered cause before effect.
 
     Parameters
     ----------
     events : list of Event
         Events of a run (only module onsets into failure states are paired).
-    window : int, default=5
-        Largest step gap between the two onsets.
+    window : int, optional
+        Largest step gap between the two onsets; ``ThresholdConfig().window`` when omitted.
 
     Returns
     -------
@@ -348,6 +352,7 @@ def detect_coupled_failures(events: list[Event], window: int = 5) -> list[Couple
     ValueError
         If ``window`` is not a non-negative integer.
     """
+    window = ThresholdConfig().window if window is None else window
     if isinstance(window, bool) or not isinstance(window, (int, np.integer)) or window < 0:
         raise ValueError(f"window must be a non-negative integer (steps), got {window!r}.")
     onsets = failure_onsets(events)
@@ -366,21 +371,27 @@ def detect_coupled_failures(events: list[Event], window: int = 5) -> list[Couple
     return out
 
 
-def compress(events: list[Event], states: StateTable, window: int = 5) -> Compression:
+def compress(events: list[Event], states: StateTable, window: int | None = None
+             ) -> Compression:
     """Run the whole compressor.
 
     Parameters
     ----------
     events : list of Event
+        Events of the run (:func:`neuraldbg.events.extract_events`).
     states : StateTable
-    window : int, default=5
+        The classified states.
+    window : int, optional
+        Steps within which onsets are simultaneous or coupled; ``states.config.window``
+        when omitted.
 
     Returns
     -------
     Compression
     """
+    window = states.config.window if window is None else window
     onsets = failure_onsets(events)
     return Compression(first=first_occurrences(events),
                        propagation=trace_propagation(onsets, states, window),
-                       coupled=detect_coupled_failures(events, window), onsets=onsets)
+                       coupled=couple_onsets(events, window), onsets=onsets)
 

@@ -1,10 +1,13 @@
 """Diagnosis methods: a registry by name, the heuristic reasoner, and functions of a trace.
 
-``explain(trace, method="heuristic")`` runs a registered method. ``"heuristic"`` is the
-Post-Mortem Reasoner (states -> events -> compression -> hypotheses). Methods that live in
-other installed packages are found through the ``neuraldbg.methods`` entry-point group and
-loaded on first use: the ``causal_models`` package declares ``"probabilistic"`` there, so
-``neuraldbg`` never imports it. A researcher adds a method with :func:`register_method`::
+``explain(trace, method="heuristic")`` runs a registered method. Every method satisfies the
+:class:`DiagnosisMethod` protocol (``explain(trace) -> list[Hypothesis]``, highest confidence
+first); ``tests/test_method_conformance.py`` checks each registered one on real runs.
+``"heuristic"`` is the Post-Mortem Reasoner (states -> events -> compression -> hypotheses).
+Methods that live in other installed packages are found through the ``neuraldbg.methods``
+entry-point group and loaded on first use: the ``causal_models`` package declares
+``"probabilistic"`` there, so ``neuraldbg`` never imports it. A researcher adds a method
+with :func:`register_method`::
 
     @register_method("my_rules")
     class MyRules:
@@ -18,29 +21,39 @@ or, from a package of their own, with an entry point in its ``pyproject.toml``::
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import networkx as nx
 import numpy as np
 
 from neuraldbg.causes import RunFacts, gather_facts
 from neuraldbg.compressor import Compression, CoupledFailure, compress
+from neuraldbg.errors import MissingDependencyError
 from neuraldbg.events import LossDynamics, extract_events, loss_dynamics
 from neuraldbg.graph import build_causal_graph, to_mermaid
 from neuraldbg.hypotheses import RootCause, generate_hypotheses, rank_root_causes, resolve_overlaps
+from neuraldbg.knobs import validate_knobs
 from neuraldbg.ranks import combine_ranks
 from neuraldbg.records import FAILURE_TYPES, HEALTHY, Event, Hypothesis
+from neuraldbg.registry_base import Registry
 from neuraldbg.states import StateTable, ThresholdConfig, classify_states
 from neuraldbg.sufficiency import hedge, thin_evidence, usable_trace
 from neuraldbg.symptoms import Symptom, find_symptoms
 from neuraldbg.trace import Trace, load_trace
 
 __all__ = [
+    "DiagnosisMethod",
+    "CounterfactualAnswer",
+    "CounterfactualMethod",
+    "METHODS",
+    "ENTRY_POINT_GROUP",
     "register_method",
+    "unregister_method",
     "get_method",
     "available_methods",
     "HeuristicReasoner",
@@ -51,9 +64,64 @@ __all__ = [
     "detect_coupled_failures",
     "causal_graph",
     "export_mermaid_causal_graph",
+    "what_if",
 ]
 
-_METHODS: dict[str, type] = {}
+
+@runtime_checkable
+class DiagnosisMethod(Protocol):
+    """What every diagnosis method is: ``explain(trace) -> list[Hypothesis]``.
+
+    The heuristic reasoner, the probabilistic model (``causal_models.ProbabilisticMethod``)
+    and the ported baselines (``benchmarks.baselines``) implement it. A registered method
+    class must be constructible without arguments. The full contract, which the conformance
+    test ``tests/test_method_conformance.py`` checks on real runs for every registered
+    method: each hypothesis has the fields of :class:`~neuraldbg.records.Hypothesis` with
+    ``failure_type`` and ``root_cause`` from the vocabulary, confidences in [0, 1] and sorted
+    descending; a healthy run gives nothing at ``confidence >= 0.5``; a failing run gives
+    a failure.
+    """
+
+    def explain(self, trace: Trace) -> list[Hypothesis]:
+        """Ranked hypotheses for one trace, highest confidence first.
+
+        Parameters
+        ----------
+        trace : Trace
+            The recorded run (finished steps only; :func:`explain` prepares it).
+
+        Returns
+        -------
+        list of Hypothesis
+            Empty, or nothing at ``confidence >= 0.5``, when the run is judged healthy.
+        """
+        ...
+
+
+@runtime_checkable
+class CounterfactualAnswer(Protocol):
+    """What ``what_if`` returns (``causal_models.Counterfactual`` is the shipped record).
+
+    ``neuraldbg`` never imports ``causal_models``, so the answer is typed by its fields.
+    """
+
+    p_failure_factual: float
+    p_failure: float
+    failure_type: str
+    metadata: dict[str, Any]
+
+
+@runtime_checkable
+class CounterfactualMethod(DiagnosisMethod, Protocol):
+    """A diagnosis method that also answers counterfactuals (``what_if``)."""
+
+    def what_if(self, trace: Trace, **knobs: Any) -> CounterfactualAnswer:
+        """The run's counterfactual under changed knobs (:data:`neuraldbg.knobs.KNOBS`)."""
+        ...
+
+
+#: Diagnosis method classes by name (``heuristic``, the baselines, entry points once loaded).
+METHODS: Registry[type[DiagnosisMethod]] = Registry("diagnosis method")
 #: The entry-point group through which installed packages declare methods.
 ENTRY_POINT_GROUP = "neuraldbg.methods"
 T = TypeVar("T", bound=type)
@@ -62,33 +130,39 @@ T = TypeVar("T", bound=type)
 def register_method(name: str) -> Callable[[T], T]:
     """Class decorator that registers a diagnosis method under ``name``.
 
-    The class must define ``explain(trace) -> list[Hypothesis]`` and be constructible
-    without arguments.
+    The class must satisfy :class:`DiagnosisMethod` (define ``explain(trace) ->
+    list[Hypothesis]``) and be constructible without arguments.
 
     Raises
     ------
+    neuraldbg.registry_base.DuplicateNameError
+        If ``name`` is already registered (a ``ValueError``).
     ValueError
-        If ``name`` is already registered, or is not a non-empty string.
+        If ``name`` is not a non-empty string.
     TypeError
         If the class has no ``explain`` method.
     """
-    if not isinstance(name, str) or not name:
-        raise ValueError(f"A method name must be a non-empty string, got {name!r}.")
+    add = METHODS.register(name)
 
     def decorator(cls: T) -> T:
-        if name in _METHODS:
-            raise ValueError(
-                f"A diagnosis method named {name!r} is already registered "
-                f"({_METHODS[name].__qualname__}). Choose another name; registered: "
-                f"{sorted(_METHODS)}."
-            )
         if not callable(getattr(cls, "explain", None)):
             raise TypeError(f"{cls.__qualname__} has no explain(trace) method; a diagnosis "
                             "method must define explain(trace) -> list[Hypothesis].")
-        _METHODS[name] = cls
+        add(cls)
         return cls
 
     return decorator
+
+
+def unregister_method(name: str) -> type[DiagnosisMethod]:
+    """Remove a registered method and return its class (tests, interactive sessions).
+
+    Raises
+    ------
+    neuraldbg.registry_base.UnknownNameError
+        If ``name`` is not registered (a ``KeyError`` and a ``ValueError``).
+    """
+    return METHODS.unregister(name)
 
 
 def _declared() -> dict[str, EntryPoint]:
@@ -98,36 +172,64 @@ def _declared() -> dict[str, EntryPoint]:
 
 def available_methods() -> list[str]:
     """Registered method names, and those installed packages declare (loaded on first use)."""
-    return sorted(set(_METHODS) | set(_declared()))
+    return sorted(set(METHODS) | set(_declared()))
 
 
-def get_method(method: str | Any) -> Any:
-    """A method instance from a registered name, or ``method`` itself if it has ``explain``.
+def _load_declared(method: str) -> None:
+    """Register the method an installed package declares under ``method``, if any.
 
     Raises
     ------
-    ValueError
-        If the name is not registered; the message lists the registered names.
+    neuraldbg.errors.MissingDependencyError
+        If the declaring package needs a module that is not installed (an ``ImportError``;
+        the message names it). Any other error of the import propagates unchanged: a
+        broken method fails loudly.
+    """
+    declared = _declared().get(method)
+    if declared is None:
+        return
+    try:
+        cls = declared.load()
+    except ModuleNotFoundError as exc:
+        missing = (exc.name or "").split(".")[0]
+        if not missing or missing == declared.module.split(".")[0]:
+            raise  # the declaring package itself is broken: fail loudly
+        raise MissingDependencyError(
+            f"Diagnosis method {method!r} is declared by {declared.value!r}, which needs "
+            f"{missing!r}: it is not installed ({exc}). Install it to use this method."
+        ) from exc
+    if method not in METHODS:  # loading may have registered it already
+        register_method(method)(cls)
+
+
+def get_method(method: str | DiagnosisMethod) -> DiagnosisMethod:
+    """A method instance from a registered name, or ``method`` itself if it has ``explain``.
+
+    Parameters
+    ----------
+    method : str or DiagnosisMethod
+        A name of :func:`available_methods`, or an object with ``explain(trace)``.
+
+    Raises
+    ------
+    neuraldbg.registry_base.UnknownNameError
+        If the name is not registered (a ``ValueError`` and a ``KeyError``); the message
+        lists the available names.
+    neuraldbg.errors.MissingDependencyError
+        If the name is declared by an installed package that cannot be imported.
+    TypeError
+        If ``method`` is neither a name nor an object with ``explain``.
     """
     if not isinstance(method, str):
-        if callable(getattr(method, "explain", None)):
+        if isinstance(method, DiagnosisMethod):
             return method
         raise TypeError(f"method must be a registered name or an object with explain(trace), "
                         f"got {type(method).__name__}. Registered: {available_methods()}.")
-    if method not in _METHODS:
-        declared = _declared().get(method)
-        if declared is not None:
-            try:
-                cls = declared.load()
-            except ImportError as exc:
-                raise ValueError(f"Method {method!r} is declared by {declared.value!r}, which "
-                                 f"could not be imported ({exc}).") from exc
-            if method not in _METHODS:  # loading may have registered it already
-                register_method(method)(cls)
-    if method not in _METHODS:
-        raise ValueError(f"Unknown diagnosis method {method!r}. Registered methods are: "
-                         f"{available_methods()}.")
-    return _METHODS[method]()
+    if method not in METHODS:
+        _load_declared(method)
+    if method not in METHODS:
+        raise METHODS.unknown(method, available_methods())
+    return METHODS.get(method)()
 
 
 def _as_trace(trace: Trace | str | os.PathLike[str]) -> Trace:
@@ -166,15 +268,17 @@ class Diagnosis:
 
 
 def diagnose(trace: Trace | str | os.PathLike[str], config: ThresholdConfig | None = None,
-             window: int = 5) -> Diagnosis:
+             window: int | None = None) -> Diagnosis:
     """Run the heuristic pipeline on a trace and keep every stage's output.
 
     Parameters
     ----------
     trace : Trace or path
     config : ThresholdConfig, optional
-    window : int, default=5
-        Steps within which failures in different layers are coupled.
+        The reasoner's thresholds; the documented defaults when omitted.
+    window : int, optional
+        Steps within which failures in different layers are coupled; ``config.window``
+        when omitted.
 
     Returns
     -------
@@ -211,8 +315,9 @@ class HeuristicReasoner:
     ----------
     thresholds : ThresholdConfig, optional
         Every threshold of the reasoner; the documented defaults when omitted.
-    window : int, default=5
-        Steps within which failures in different layers are coupled.
+    window : int, optional
+        Steps within which failures in different layers are coupled;
+        ``thresholds.window`` (:attr:`ThresholdConfig.window`) when omitted.
 
     Attributes
     ----------
@@ -227,7 +332,8 @@ class HeuristicReasoner:
     'healthy'
     """
 
-    def __init__(self, *, thresholds: ThresholdConfig | None = None, window: int = 5) -> None:
+    def __init__(self, *, thresholds: ThresholdConfig | None = None,
+                 window: int | None = None) -> None:
         self.thresholds = thresholds
         self.window = window
 
@@ -236,7 +342,7 @@ class HeuristicReasoner:
         """Failure types, then ``"healthy"``."""
         return [*FAILURE_TYPES, HEALTHY]
 
-    def fit(self, traces: Iterable[Trace] | None = None, y: Any = None) -> HeuristicReasoner:
+    def fit(self, traces: Iterable[Trace] | None = None, y: object = None) -> HeuristicReasoner:
         """No-op (rules are not fitted); returns ``self`` for pipeline compatibility."""
         return self
 
@@ -277,7 +383,7 @@ class HeuristicReasoner:
         return np.asarray(self.classes_, dtype=object)[proba.argmax(axis=1)]
 
 
-def explain(trace: Trace | str | os.PathLike[str], method: str | Any = "heuristic"
+def explain(trace: Trace | str | os.PathLike[str], method: str | DiagnosisMethod = "heuristic"
             ) -> list[Hypothesis]:
     """Explain a run: ranked hypotheses, highest confidence first.
 
@@ -308,15 +414,18 @@ def explain(trace: Trace | str | os.PathLike[str], method: str | Any = "heuristi
     return hedge(hypotheses, reason) if reason else hypotheses
 
 
-def get_root_causes(trace: Trace | str | os.PathLike[str], method: str | Any = "heuristic"
-                    ) -> list[RootCause]:
+def get_root_causes(trace: Trace | str | os.PathLike[str],
+                    method: str | DiagnosisMethod = "heuristic") -> list[RootCause]:
     """Root causes of a run, each at the confidence of its best hypothesis, highest first."""
     return rank_root_causes(explain(trace, method))
 
 
-def detect_coupled_failures(trace: Trace | str | os.PathLike[str], window: int = 5
+def detect_coupled_failures(trace: Trace | str | os.PathLike[str], window: int | None = None
                             ) -> list[CoupledFailure]:
-    """Failure onsets in different layers within ``window`` steps, cause before effect."""
+    """Failure onsets in different layers within ``window`` steps, cause before effect.
+
+    ``window`` defaults to :attr:`neuraldbg.states.ThresholdConfig.window` (5 steps).
+    """
     return diagnose(trace, window=window).coupled
 
 
@@ -328,3 +437,48 @@ def causal_graph(trace: Trace | str | os.PathLike[str]) -> nx.DiGraph:
 def export_mermaid_causal_graph(trace: Trace | str | os.PathLike[str]) -> str:
     """The causal graph as Mermaid flowchart text (deduplicated, safe node ids)."""
     return to_mermaid(causal_graph(trace))
+
+
+def what_if(trace: Trace | str | os.PathLike[str],
+            method: str | DiagnosisMethod = "probabilistic", **knobs: Any) -> CounterfactualAnswer:
+    """What the run would have done under changed knobs, from its trace (no re-training).
+
+    The counterfactual of a method that answers them (the ``"probabilistic"`` causal model:
+    abduction, action, prediction), found through the method registry. Steps that never
+    finished are left out, as :func:`neuraldbg.methods.explain` leaves them out; on a trace
+    too thin for a verdict the answer's ``metadata["thin_evidence"]`` says why.
+
+    Parameters
+    ----------
+    trace : Trace or path
+        The run as it happened (a trace, a trace directory or a ``NeuralDbg``).
+    method : str or object, default="probabilistic"
+        A registered method name, or an object with ``what_if(trace, **knobs)``.
+    **knobs
+        ``lr_scale``, ``init_scale``, ``input_scale``, ``grad_clip``, ``activation``,
+        ``normalization`` (relative to the run; :data:`neuraldbg.knobs.KNOBS`).
+
+    Returns
+    -------
+    CounterfactualAnswer
+        The method's answer (``causal_models.Counterfactual``): ``p_failure_factual``,
+        ``p_failure``, ``failure_type`` and metadata.
+
+    Raises
+    ------
+    ValueError
+        For an unknown knob or value, or a method that does not answer counterfactuals.
+    """
+    validate_knobs(**knobs)
+    engine = get_method(method)
+    if not isinstance(engine, CounterfactualMethod):
+        raise ValueError(f"The diagnosis method {method!r} does not answer counterfactuals "
+                         "(it has no what_if); use method='probabilistic'.")
+    usable = usable_trace(_as_trace(trace))
+    answer = engine.what_if(usable, **knobs)
+    reason = thin_evidence(usable)
+    if reason and dataclasses.is_dataclass(answer) and isinstance(
+            getattr(answer, "metadata", None), dict):
+        answer = dataclasses.replace(answer, metadata={**answer.metadata,
+                                                       "thin_evidence": reason})
+    return answer

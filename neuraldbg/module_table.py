@@ -71,9 +71,11 @@ def _ancestors(name: str) -> list[str]:
 
 
 def monitored_modules(model: nn.Module) -> list[tuple[str, nn.Module]]:
-    """Modules that get a row: leaves (the root too, when the model is a single module) and
-    non-root modules owning parameters directly, without the children folded into a
-    functional parent; ``named_modules()`` order."""
+    """Modules that get a row, in ``named_modules()`` order.
+
+    Leaves (the root too, when the model is a single module) and non-root modules owning
+    parameters directly, without the children folded into a functional parent.
+    """
     rows = _row_of(model)
     return [(name, mod) for name, mod in model.named_modules() if rows.get(name) == name]
 

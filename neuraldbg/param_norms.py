@@ -68,8 +68,9 @@ class ParamMeter:
         self.groups = groups or [(0, len(params), len(params))]
         self._strides = [self._stride(p, sample_size) for p in params]
         counts = [p.numel() if k == 1 else len(range(0, p.numel(), k))
-                  for p, k in zip(params, self._strides)]
-        self._update_scale = np.sqrt([p.numel() / max(c, 1) for p, c in zip(params, counts)])
+                  for p, k in zip(params, self._strides, strict=True)]
+        self._update_scale = np.sqrt([p.numel() / max(c, 1)
+                                      for p, c in zip(params, counts, strict=True)])
         self._owner = np.zeros((len(params), n_rows))
         self._owner[np.arange(len(params)), owner] = 1.0
         self._norms = torch.full((capacity, 3, len(params)), math.nan, dtype=torch.float32,
@@ -88,7 +89,8 @@ class ParamMeter:
     def _update_views(self, start: int, stop: int) -> list[torch.Tensor]:
         """The elements of each parameter whose update is measured (views, no copy)."""
         return [p.detach() if k == 1 else p.detach().view(-1)[::k]
-                for p, k in zip(self.params[start:stop], self._strides[start:stop])]
+                for p, k in zip(self.params[start:stop], self._strides[start:stop],
+                                strict=True)]
 
     def _grads(self, start: int, stop: int) -> list[torch.Tensor] | None:
         grads = [p.grad for p in self.params[start:stop]]

@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from neuraldbg.registry_base import Registry
+
 __all__ = [
     "FAILURE_TYPES",
     "ROOT_CAUSES",
@@ -50,19 +52,20 @@ ROOT_CAUSES: tuple[str, ...] = (
     "gradient_blocked",
     "unknown",
 )
-# Names that extensions added (causal_models' registry does), in registration order.
-_EXTRA_FAILURE_TYPES: dict[str, None] = {}
-_EXTRA_ROOT_CAUSES: dict[str, None] = {}
+#: Failure types extensions added (causal_models' failure modes), in registration order.
+EXTRA_FAILURE_TYPES: Registry[None] = Registry("added failure type")
+#: Root causes extensions added, in registration order.
+EXTRA_ROOT_CAUSES: Registry[None] = Registry("added root cause")
 
 
 def failure_types() -> tuple[str, ...]:
     """The failure types a hypothesis can name now: the contract's, then registered ones."""
-    return FAILURE_TYPES + tuple(n for n in _EXTRA_FAILURE_TYPES if n not in FAILURE_TYPES)
+    return FAILURE_TYPES + tuple(n for n in EXTRA_FAILURE_TYPES if n not in FAILURE_TYPES)
 
 
 def root_causes() -> tuple[str, ...]:
     """The root causes a hypothesis can name now: the contract's, then registered ones."""
-    return ROOT_CAUSES + tuple(n for n in _EXTRA_ROOT_CAUSES if n not in ROOT_CAUSES)
+    return ROOT_CAUSES + tuple(n for n in EXTRA_ROOT_CAUSES if n not in ROOT_CAUSES)
 
 
 def extend_vocabulary(*, failure_types: tuple[str, ...] = (),
@@ -71,18 +74,26 @@ def extend_vocabulary(*, failure_types: tuple[str, ...] = (),
 
     Code that validates labels reads :func:`failure_types` / :func:`root_causes` at call
     time, so it accepts the added names from then on. Adding a name twice is harmless.
+
+    Parameters
+    ----------
+    failure_types : tuple of str
+        Failure types to add (``"healthy"`` is a label, not a failure type: skipped).
+    root_causes : tuple of str
+        Root causes to add.
     """
     for name in failure_types:
-        if name != HEALTHY:
-            _EXTRA_FAILURE_TYPES.setdefault(name)
+        if name != HEALTHY and name not in EXTRA_FAILURE_TYPES:
+            EXTRA_FAILURE_TYPES.add(name, None)
     for name in root_causes:
-        _EXTRA_ROOT_CAUSES.setdefault(name)
+        if name not in EXTRA_ROOT_CAUSES:
+            EXTRA_ROOT_CAUSES.add(name, None)
 
 
 def retract_vocabulary(name: str) -> None:
     """Remove a name an extension added; the contract's own names stay."""
-    _EXTRA_FAILURE_TYPES.pop(name, None)
-    _EXTRA_ROOT_CAUSES.pop(name, None)
+    EXTRA_FAILURE_TYPES.discard(name)
+    EXTRA_ROOT_CAUSES.discard(name)
 
 
 def _keys(data: dict[str, Any], limit: int = 4) -> str:
@@ -169,8 +180,11 @@ class Hypothesis:
                 f"confidence={self.confidence:.3f}, metadata: {_keys(self.metadata)})")
 
     def __str__(self) -> str:
-        """The claim in words, e.g. ``dead_neurons caused by negative_bias_init, from layer
-        '1' at step 3 (confidence 0.91)``."""
+        """The claim in words.
+
+        For example ``dead_neurons caused by negative_bias_init, from layer '1' at step 3
+        (confidence 0.91)``.
+        """
         cause = ("cause unknown" if self.root_cause == "unknown"
                  else f"caused by {self.root_cause}")
         return (f"{self.failure_type} {cause}, from layer {self.origin_layer!r} at step "

@@ -245,6 +245,7 @@ class ThresholdConfig:
     window: int = 5
 
     def __post_init__(self) -> None:
+        """Reject a non-positive or non-numeric threshold (the message names it)."""
         for name in self.__dataclass_fields__:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:

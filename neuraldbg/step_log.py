@@ -53,6 +53,7 @@ class StepLog:
         self.complete: list[bool] = []
 
     def __len__(self) -> int:
+        """Number of logged steps."""
         return len(self.steps)
 
     def append(self, step: int, lr: float | torch.Tensor, loss: float | torch.Tensor,
@@ -79,8 +80,8 @@ class StepLog:
             loss = np.asarray([float("nan") if isinstance(v, torch.Tensor) else v
                                for v in losses], dtype=np.float64)
             if on_device:
-                loss[on_device] = torch.stack([losses[i] for i in on_device]).to(
-                    "cpu", torch.float64).numpy()
+                tensors = [v for v in losses if isinstance(v, torch.Tensor)]  # on_device order
+                loss[on_device] = torch.stack(tensors).to("cpu", torch.float64).numpy()
         den = self.den[:n].copy()
         self.den[:n] = 0.0
         steps_arr = np.asarray(self.steps[:n], dtype=np.int64)

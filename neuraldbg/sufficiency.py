@@ -69,8 +69,10 @@ def thin_evidence(trace: Trace) -> str | None:
 
 
 def hedge(hypotheses: list[Hypothesis], reason: str) -> list[Hypothesis]:
-    """The hypotheses scaled so the strongest stays at :data:`HEDGED_CONFIDENCE` at most,
-    their order and ratios kept, each with ``metadata["thin_evidence"] = reason``."""
+    """The hypotheses scaled so the strongest stays at :data:`HEDGED_CONFIDENCE` at most.
+
+    Their order and ratios are kept; each gets ``metadata["thin_evidence"] = reason``.
+    """
     top = max((h.confidence for h in hypotheses), default=0.0)
     factor = min(1.0, HEDGED_CONFIDENCE / top) if top > 0 else 1.0
     return [dataclasses.replace(h, confidence=float(h.confidence * factor),

@@ -97,7 +97,7 @@ class Symptom:
 
     @property
     def probability(self) -> float:
-        """strength x consistency x impact x discount."""
+        """Strength x consistency x impact x discount."""
         return float(self.strength * self.consistency * self.impact * self.discount)
 
 
@@ -116,8 +116,10 @@ def _persistence(flag: np.ndarray, observed: np.ndarray, row: int, col: int) -> 
 
 
 def _activation_decay_share(states: StateTable, row: int, deepest: int) -> float:
-    """Share of the gradient's decay (in decades) from the output down to module ``deepest``
-    that happens across sigmoid/tanh modules, at recorded row ``row``.
+    """Share of the gradient's decay that happens across sigmoid/tanh modules.
+
+    The decay is in decades, from the output down to module ``deepest``, at recorded row
+    ``row``.
 
     A sigmoid passes at most 1/4 of the gradient, so a deep sigmoid stack decays mostly
     across its activations; a tanh in its linear range passes ~all of it, so a stack whose
@@ -136,8 +138,10 @@ def _activation_decay_share(states: StateTable, row: int, deepest: int) -> float
 
 
 def _weighted_producer(trace: Trace, states: StateTable, col: int) -> int:
-    """``col``, or the nearest module before it in forward order that has trainable
-    parameters (``col`` itself when there is none)."""
+    """``col``, or the nearest module before it in forward order with trainable parameters.
+
+    ``col`` itself when there is none.
+    """
     n_train = (trace.modules.set_index("module_name")["n_trainable"]
                .reindex(states.module_names).fillna(0).to_numpy())
     for j in range(col, -1, -1):

@@ -31,6 +31,7 @@ class HostSyncCounter(TorchDispatchMode):
         self.count = 0
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        """Count a host sync (``aten._local_scalar_dense``), then run the op unchanged."""
         if func is torch.ops.aten._local_scalar_dense.default:
             self.count += 1
         return func(*args, **(kwargs or {}))

@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -39,7 +40,7 @@ LAYER_STATISTICS: tuple[str, ...] = ("out_grad_norm", "param_grad_norm", "update
                                      "act_frac_saturated")
 
 
-def _writer(logdir: Path):  # noqa: ANN202 - SummaryWriter is an optional import
+def _writer(logdir: Path) -> Any:  # SummaryWriter: an optional import
     try:
         from torch.utils.tensorboard import SummaryWriter
     except ImportError as exc:
@@ -98,9 +99,9 @@ def export_tensorboard(trace: Trace | str | os.PathLike[str], logdir: str | os.P
         for stat in LAYER_STATISTICS:
             arr = tables[stat]
             for j, name in enumerate(names):
-                col = arr[:, j]
-                keep = ~np.isnan(col)
-                for s, v in zip(rec_steps[keep], col[keep], strict=True):
+                values = arr[:, j]
+                keep = ~np.isnan(values)
+                for s, v in zip(rec_steps[keep], values[keep], strict=True):
                     writer.add_scalar(f"layers/{stat}/{name or '(model)'}", float(v), int(s))
         if len(steps) and len(trace.stats):
             diag = diagnose(trace)

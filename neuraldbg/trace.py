@@ -186,7 +186,8 @@ class Trace:
         """Monitored modules in forward order (definition order for never-called ones)."""
         mods = self.modules.copy()
         never = mods["forward_order"] < 0
-        mods.loc[never, "forward_order"] = mods["forward_order"].max() + 1 + mods.loc[never, "order"]
+        last = mods["forward_order"].max() + 1
+        mods.loc[never, "forward_order"] = last + mods.loc[never, "order"]
         return mods.sort_values(["forward_order", "order"])["module_name"].tolist()
 
     @property
@@ -482,11 +483,13 @@ def load_trace(path: str | os.PathLike[str]) -> Trace:
     try:
         meta = json.loads(meta_path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise TraceFormatError(f"{meta_path} is not valid JSON ({exc}); the file is damaged.") from exc
+        raise TraceFormatError(f"{meta_path} is not valid JSON ({exc}); the file is "
+                               "damaged.") from exc
     if not isinstance(meta, dict) or meta.get("format") != TRACE_FORMAT:
         raise TraceFormatError(
             f"{meta_path} does not describe a NeuralDBG trace (its 'format' field is "
-            f"{meta.get('format') if isinstance(meta, dict) else None!r}, expected {TRACE_FORMAT!r})."
+            f"{meta.get('format') if isinstance(meta, dict) else None!r}, expected "
+            f"{TRACE_FORMAT!r})."
         )
     version = meta.get("schema_version")
     if not isinstance(version, int):

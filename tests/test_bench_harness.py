@@ -190,7 +190,7 @@ def test_finished_runs_are_reused(bench: harness.BenchmarkResult) -> None:
 def test_report_files(bench: harness.BenchmarkResult) -> None:
     metrics = harness.compute_metrics(bench)
     report.write_metrics(metrics, bench.out)
-    path = report.write_report(metrics, bench.out)
+    path = report.write_benchmark_report(metrics, bench.out)
     text = path.read_text()
     assert "| _oracle | 1.00" in text
     assert (bench.out / "figures" / "reliability.png").stat().st_size > 1000

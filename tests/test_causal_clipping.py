@@ -11,10 +11,9 @@ import numpy as np
 import pytest
 
 import causal_models
+import experiments
 from causal_models.evidence import clip_share, clipping_state, observe_knobs
-
-experiments = pytest.importorskip("experiments")
-symptoms = pytest.importorskip("experiments.symptoms")
+from experiments import symptoms
 
 
 def test_clip_share_and_state_compare_the_threshold_with_the_norms() -> None:

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+import experiments
 import neuraldbg as ndb
 from benchmarks.fit_default import with_family_labels
 from causal_models import (
@@ -21,8 +22,6 @@ from causal_models import (
 )
 from neuraldbg.errors import NotFittedError
 from neuraldbg.records import FAILURE_TYPES, HEALTHY
-
-experiments = pytest.importorskip("experiments")
 
 #: Small, fast families: three failures with different mechanisms and a healthy control.
 FAMILIES = ("lr_too_high", "dead_relu_bias", "deep_sigmoid", "healthy_mlp")

@@ -10,7 +10,7 @@ from neuraldbg.compressor import (
     NONFINITE,
     CoupledFailure,
     compress,
-    detect_coupled_failures,
+    couple_onsets,
     first_occurrences,
 )
 from neuraldbg.events import extract_events
@@ -77,14 +77,14 @@ def _ev(kind, name, step, idx):
 def test_coupled_failures_window_and_cause_before_effect():
     evs = [_ev("activation_dead", "3", 2, 3), _ev("gradient_vanishing", "1", 2, 1),
            _ev("gradient_vanishing", "0", 4, 0), _ev("activation_saturated", "5", 20, 5)]
-    coupled = detect_coupled_failures(evs, window=5)
+    coupled = couple_onsets(evs, window=5)
     pairs = {(c.cause.module_name, c.effect.module_name, c.relation, c.step_gap)
              for c in coupled}
     # Same step: the activation failure blocks the gradient (cause first), and gradients
     # travel backward (module 1 before module 0).
     assert pairs == {("3", "1", "blocks_gradient", 0), ("3", "0", "blocks_gradient", 2),
                      ("1", "0", "propagates", 2)}
-    assert detect_coupled_failures(evs, window=1) == [
+    assert couple_onsets(evs, window=1) == [
         c for c in coupled if c.step_gap <= 1]
     c = coupled[0]
     assert CoupledFailure.from_dict(c.to_dict()) == c
@@ -92,11 +92,11 @@ def test_coupled_failures_window_and_cause_before_effect():
 
 def test_coupled_failures_rejects_a_bad_window():
     with pytest.raises(ValueError, match="window"):
-        detect_coupled_failures([], window=-1)
+        couple_onsets([], window=-1)
 
 
 def test_recoveries_and_loss_events_are_not_coupled():
     evs = [Event("gradient_healthy", "0", 1, "vanishing", "healthy", {"forward_index": 0}),
            Event("loss_spike", "<loss>", 1, "normal", "spike", {}),
            _ev("activation_dead", "2", 1, 2)]
-    assert detect_coupled_failures(evs) == []
+    assert couple_onsets(evs) == []

@@ -7,7 +7,7 @@ import pytest
 from reasoner_traces import make_trace
 
 import neuraldbg as ndb
-from neuraldbg.methods import _METHODS, available_methods, get_method, register_method
+from neuraldbg.methods import available_methods, get_method, register_method, unregister_method
 from neuraldbg.records import Hypothesis
 
 
@@ -38,7 +38,7 @@ def test_register_a_custom_method_and_pass_an_instance():
         with pytest.raises(TypeError, match="explain"):
             register_method("no_explain_test")(type("NoExplain", (), {}))
     finally:
-        _METHODS.pop("always_plateau_test", None)
+        unregister_method("always_plateau_test")
 
 
 def test_probabilistic_method_is_found_through_its_entry_point_and_explains():
@@ -94,3 +94,41 @@ def test_explaining_before_any_step_is_a_clear_error():
     with ndb.NeuralDbg(model) as dbg:
         with pytest.raises(ValueError, match=r"no recorded step yet.*dbg.step\(loss\)"):
             dbg.explain_failure()
+
+
+def _declare(monkeypatch, tmp_path, name: str, module_source: str) -> str:
+    """An installed-package method declared through a (patched) entry-point listing."""
+    from importlib.metadata import EntryPoint
+
+    import neuraldbg.methods as methods_module
+
+    (tmp_path / f"{name}_pkg.py").write_text(module_source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    ep = EntryPoint(name=name, value=f"{name}_pkg:Method", group=methods_module.ENTRY_POINT_GROUP)
+    monkeypatch.setattr(methods_module, "entry_points",
+                        lambda group: [ep] if group == methods_module.ENTRY_POINT_GROUP else [])
+    return name
+
+
+def test_a_declared_method_with_a_missing_dependency_is_skipped_with_the_reason(
+        monkeypatch, tmp_path):
+    from benchmarks.harness import runnable_methods
+
+    name = _declare(monkeypatch, tmp_path, "needs_missing_dep",
+                    "import not_installed_dependency_c16\n")
+    with pytest.raises(ndb.MissingDependencyError, match="not_installed_dependency_c16"):
+        get_method(name)
+    ok, missing = runnable_methods(["heuristic", name])
+    assert ok == ["heuristic"]
+    assert "not_installed_dependency_c16" in missing[name]
+
+
+def test_a_broken_method_fails_the_benchmark_loudly(monkeypatch, tmp_path):
+    from benchmarks.harness import runnable_methods
+
+    name = _declare(monkeypatch, tmp_path, "broken_on_import",
+                    "raise RuntimeError('bug in the method')\n")
+    with pytest.raises(RuntimeError, match="bug in the method"):
+        runnable_methods(["heuristic", name])
+    with pytest.raises(ValueError, match="Unknown diagnosis method 'no_such_method'"):
+        runnable_methods(["no_such_method"])

@@ -39,7 +39,7 @@ def test_registry_rejects_duplicates_and_lists_known_names_on_a_miss():
     with pytest.raises(ValueError, match="already registered"):
         register_family(name="lr_too_high", kind="healthy", architecture="MLP", data="digits",
                         description="dup", severities=(1.0,))(lambda s: None)
-    with pytest.raises(ValueError, match="Known families are: .*lr_too_high"):
+    with pytest.raises(ValueError, match="Known scenario families are: .*lr_too_high"):
         get_family("lr_to_high")
 
 

@@ -9,13 +9,16 @@ ours, not the peers', and the same for every baseline.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
+
 import numpy as np
 import pandas as pd
 
 from neuraldbg.records import Hypothesis
 from neuraldbg.trace import Trace
 
-__all__ = ["SYMPTOM_CAUSES", "hypotheses_for", "param_layers", "wide", "loss_array"]
+__all__ = ["BaselineMethod", "SYMPTOM_CAUSES", "hypotheses_for", "param_layers", "wide",
+           "loss_array"]
 
 #: Failure type -> causes in the order a practitioner would suspect them.
 SYMPTOM_CAUSES: dict[str, tuple[str, ...]] = {
@@ -29,6 +32,37 @@ SYMPTOM_CAUSES: dict[str, tuple[str, ...]] = {
                               "init_scale_too_large"),
     "training_plateau": ("learning_rate_too_low",),
 }
+
+
+class BaselineMethod(ABC):
+    """A ported peer rule set as a :class:`neuraldbg.methods.DiagnosisMethod`.
+
+    :meth:`explain` is shared: a trace without a recorded loss gives no hypothesis; otherwise
+    the subclass's :meth:`rules` answer. Each subclass is registered by name with
+    :func:`neuraldbg.methods.register_method` and documents its rules, not the contract.
+    """
+
+    def explain(self, trace: Trace) -> list[Hypothesis]:
+        """The peer's hypotheses for one trace, in the peer's own order.
+
+        Parameters
+        ----------
+        trace : Trace
+            The recorded run.
+
+        Returns
+        -------
+        list of Hypothesis
+            Empty when the trace holds no loss or no rule fires (the run is judged healthy).
+        """
+        loss = loss_array(trace)
+        if loss.size == 0:
+            return []
+        return self.rules(trace, loss)
+
+    @abstractmethod
+    def rules(self, trace: Trace, loss: np.ndarray) -> list[Hypothesis]:
+        """The peer's rules on a trace with a recorded loss (``loss`` per step, float64)."""
 
 
 def hypotheses_for(failure_type: str, origin_layer: str, origin_step: int, confidence: float,

@@ -20,8 +20,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from benchmarks.baselines._common import hypotheses_for, loss_array, wide
-from benchmarks.baselines._registry import register_method
+from benchmarks.baselines._common import BaselineMethod, hypotheses_for, wide
+from neuraldbg.methods import register_method
 from neuraldbg.records import Hypothesis
 from neuraldbg.trace import Trace
 
@@ -38,7 +38,7 @@ _STATS: dict[str, tuple[str, str | None, str | None]] = {
 
 
 @register_method("anomaly_rank")
-class AnomalyRankBaseline:
+class AnomalyRankBaseline(BaselineMethod):
     """Layers ranked by a robust anomaly score of their statistics.
 
     Parameters
@@ -96,20 +96,8 @@ class AnomalyRankBaseline:
                              "step": int(over.index[0]) if len(over) else int(best)})
         return pd.DataFrame(rows, columns=["layer", "stat", "score", "failure_type", "step"])
 
-    def explain(self, trace: Trace) -> list[Hypothesis]:
-        """Hypotheses for the most anomalous layers, highest score first.
-
-        Parameters
-        ----------
-        trace : Trace
-
-        Returns
-        -------
-        list of Hypothesis
-        """
-        loss = loss_array(trace)
-        if loss.size == 0:
-            return []
+    def rules(self, trace: Trace, loss: np.ndarray) -> list[Hypothesis]:
+        """Hypotheses for the most anomalous layers, highest score first."""
         hyps: list[Hypothesis] = []
         steps = trace.steps["step"].to_numpy()
         bad = steps[~np.isfinite(loss)]

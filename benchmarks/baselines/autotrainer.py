@@ -30,13 +30,13 @@ from typing import Any
 import numpy as np
 
 from benchmarks.baselines._common import (
+    BaselineMethod,
     families,
     hypotheses_for,
-    loss_array,
     param_layers,
     wide,
 )
-from benchmarks.baselines._registry import register_method
+from neuraldbg.methods import register_method
 from neuraldbg.records import Hypothesis
 from neuraldbg.trace import Trace
 
@@ -44,7 +44,7 @@ __all__ = ["AutoTrainerBaseline"]
 
 
 @register_method("autotrainer")
-class AutoTrainerBaseline:
+class AutoTrainerBaseline(BaselineMethod):
     """AutoTrainer's problem checker as a diagnosis method.
 
     Parameters
@@ -108,21 +108,8 @@ class AutoTrainerBaseline:
         return step, layer
 
     # ------------------------------------------------------------------ the method
-    def explain(self, trace: Trace) -> list[Hypothesis]:
-        """Hypotheses from AutoTrainer's rules, first detected symptom first.
-
-        Parameters
-        ----------
-        trace : Trace
-
-        Returns
-        -------
-        list of Hypothesis
-            Empty when no rule fires (the run is judged healthy).
-        """
-        loss = loss_array(trace)
-        if loss.size == 0:
-            return []
+    def rules(self, trace: Trace, loss: np.ndarray) -> list[Hypothesis]:
+        """AutoTrainer's rules: first detected symptom first, each failure type once."""
         ep = self._epochs(loss)
         converging = self._converging(ep)
         layers = param_layers(trace)

@@ -31,8 +31,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from benchmarks.baselines._common import families, hypotheses_for, loss_array, wide
-from benchmarks.baselines._registry import register_method
+from benchmarks.baselines._common import BaselineMethod, families, hypotheses_for, wide
+from neuraldbg.methods import register_method
 from neuraldbg.records import Hypothesis
 from neuraldbg.trace import Trace
 
@@ -40,7 +40,7 @@ __all__ = ["DeepDiagnosisBaseline"]
 
 
 @register_method("deepdiagnosis")
-class DeepDiagnosisBaseline:
+class DeepDiagnosisBaseline(BaselineMethod):
     """DeepDiagnosis's symptom checks as a diagnosis method.
 
     Parameters
@@ -109,21 +109,8 @@ class DeepDiagnosisBaseline:
                 return t
         return None
 
-    def explain(self, trace: Trace) -> list[Hypothesis]:
-        """Hypotheses for the first symptom found, walking the recorded steps in order.
-
-        Parameters
-        ----------
-        trace : Trace
-
-        Returns
-        -------
-        list of Hypothesis
-            Empty when no check fires.
-        """
-        loss = loss_array(trace)
-        if loss.size == 0:
-            return []
+    def rules(self, trace: Trace, loss: np.ndarray) -> list[Hypothesis]:
+        """The first symptom found, walking the recorded steps in order."""
         order = trace.module_names
         first_layer = order[0] if order else ""
         steps = trace.steps["step"].to_numpy()

@@ -55,8 +55,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from benchmarks.baselines._common import families, hypotheses_for, loss_array, wide
-from benchmarks.baselines._registry import register_method
+from benchmarks.baselines._common import BaselineMethod, families, hypotheses_for, loss_array, wide
+from neuraldbg.methods import register_method
 from neuraldbg.records import Hypothesis
 from neuraldbg.trace import Trace
 
@@ -79,7 +79,7 @@ def _first(table: pd.DataFrame, order: list[str]) -> tuple[int, str] | None:
 
 
 @register_method("sagemaker_debugger")
-class SageMakerDebuggerBaseline:
+class SageMakerDebuggerBaseline(BaselineMethod):
     """SageMaker Debugger's built-in rules (documented defaults) as a diagnosis method.
 
     Parameters
@@ -234,17 +234,8 @@ class SageMakerDebuggerBaseline:
                 out[rule] = hit
         return out
 
-    def explain(self, trace: Trace) -> list[Hypothesis]:
-        """Hypotheses of every fired rule, in :data:`RULES` order (empty when none fired).
-
-        Parameters
-        ----------
-        trace : Trace
-
-        Returns
-        -------
-        list of Hypothesis
-        """
+    def rules(self, trace: Trace, loss: np.ndarray) -> list[Hypothesis]:
+        """Every fired rule, in :data:`RULES` order, each failure type once."""
         hyps: list[Hypothesis] = []
         seen: set[str] = set()
         for rule, (ftype, step, layer) in self.fired(trace).items():

@@ -39,7 +39,7 @@ except ImportError:  # pragma: no cover - depends on what is installed
 __all__ = ["NeuralDbgCallback"]
 
 
-class NeuralDbgCallback(Callback):  # type: ignore[misc]
+class NeuralDbgCallback(Callback):
     """Record the fitted ``LightningModule`` with :class:`neuraldbg.NeuralDbg`.
 
     Parameters

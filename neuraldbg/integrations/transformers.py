@@ -37,7 +37,7 @@ except ImportError as exc:  # pragma: no cover - depends on what is installed
 __all__ = ["NeuralDbgTrainerCallback"]
 
 
-class NeuralDbgTrainerCallback(TrainerCallback):  # type: ignore[misc]
+class NeuralDbgTrainerCallback(TrainerCallback):
     """Record the trained model with :class:`neuraldbg.NeuralDbg`.
 
     Parameters

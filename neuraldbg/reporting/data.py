@@ -14,8 +14,7 @@ from typing import Any
 import networkx as nx
 import numpy as np
 
-from neuraldbg.debugger import what_if
-from neuraldbg.methods import Diagnosis, diagnose, explain
+from neuraldbg.methods import Diagnosis, diagnose, explain, what_if
 from neuraldbg.records import Hypothesis
 from neuraldbg.reporting.summary import RunSummary, summarize_run
 from neuraldbg.reporting.words import TraceEvidence, knobs_words, what_if_meaning
@@ -91,8 +90,7 @@ def _reason(exc: BaseException) -> str:
 
 
 def standard_interventions(trace: Trace) -> list[dict[str, Any]]:
-    """The interventions of the what-if table: one per knob, in the direction that usually
-    fixes a run.
+    """The interventions of the what-if table: one per knob, in the usual fixing direction.
 
     ``grad_clip`` is set at the run's median recorded gradient norm (a clip that bites on
     every spike); ``activation`` is ``leaky_relu`` for a run with ReLU-like layers (no dead

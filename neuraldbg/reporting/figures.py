@@ -1,5 +1,7 @@
-"""Figures of a run with matplotlib (Agg, no display): loss curve, layer x step heatmaps,
-the causal graph as a DAG, and the health heatmaps the benchmark report draws per family.
+"""Figures of a run with matplotlib (Agg, no display).
+
+The loss curve, layer x step heatmaps, the causal graph as a DAG, and the health heatmaps
+the benchmark report draws per family.
 
 Long runs are binned along the step axis (at most ``MAX_COLUMNS`` columns, the worst value
 of each bin kept), so a 10,000-step run draws as fast and as small as a 1,000-step one.
@@ -13,6 +15,7 @@ import math
 import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import matplotlib
 
@@ -53,8 +56,10 @@ _SEVERITY = np.array([-1, 0, 3, 4, 2, 5, 1])
 
 
 def _lookup(states: tuple, unobserved: float) -> np.ndarray:
-    """Code table for a state array: index ``i`` -> health code, the last slot (-1) for
-    an unobserved cell."""
+    """Code table for a state array: index ``i`` -> health code.
+
+    The last slot (-1) is for an unobserved cell.
+    """
     codes = {"healthy": 0, "normal": 0, "vanishing": 1, "exploding": 2, "saturated": 3,
              "dead": 4, "anomalous": 5}
     return np.array([codes.get(str(getattr(st, "value", st)), 0) for st in states] +
@@ -130,7 +135,7 @@ def plot_health(ax: Axes, codes: np.ndarray, names: Sequence[str], steps: np.nda
         handles = [plt.Rectangle((0, 0), 1, 1, color=HEALTH_COLORS(i))
                    for i in range(len(STATE_NAMES))]
         # 0.45 inch under the axes, whatever their height (below the "step" label)
-        axes_in = ax.get_position().height * ax.figure.get_figheight()
+        axes_in = ax.get_position().height * cast(Figure, ax.figure).get_figheight()
         ax.legend(handles, STATE_NAMES, loc="upper center",
                   bbox_to_anchor=(0.5, -0.45 / max(axes_in, 0.1)), ncol=len(STATE_NAMES),
                   fontsize=7, frameon=False)
@@ -160,8 +165,11 @@ def plot_heatmap(ax: Axes, values: np.ndarray, names: Sequence[str], steps: np.n
 
 def plot_loss(ax: Axes, steps: np.ndarray, loss: np.ndarray, *, onset: int | None = None,
               nonfinite_step: int | None = None, peak: tuple[int, float] | None = None) -> None:
-    """Loss per step (log scale when it spans more than two decades); the onset (dashed),
-    the first non-finite loss (red) and non-finite steps (red ticks) marked."""
+    """Loss per step (log scale when it spans more than two decades).
+
+    The onset (dashed), the first non-finite loss (red) and non-finite steps (red ticks) are
+    marked.
+    """
     finite = np.isfinite(loss)
     n = len(loss)
     if n > 4 * MAX_COLUMNS:  # min/max envelope per bin keeps spikes visible
@@ -202,8 +210,10 @@ _KIND_EDGES = {"cause": "#c0392b", "failure": "#b8860b", "layer": "#5b7db1"}
 
 
 def graph_layout(graph: nx.DiGraph) -> dict[str, tuple[float, float]]:
-    """Top-to-bottom positions of a DAG: one row per topological generation, nodes of a row
-    ordered by the mean position of their parents (fewer crossings)."""
+    """Top-to-bottom positions of a DAG: one row per topological generation.
+
+    Nodes of a row are ordered by the mean position of their parents (fewer crossings).
+    """
     pos: dict[str, tuple[float, float]] = {}
     for row, nodes in enumerate(nx.topological_generations(graph)):
         def parent_x(n: str) -> float:
@@ -238,8 +248,11 @@ def _node_text(node: str, data: dict, types: dict[str, str]) -> str:
 
 def plot_causal_graph(ax: Axes, graph: nx.DiGraph, types: dict[str, str] | None = None
                       ) -> None:
-    """The causal graph (a DAG) drawn top to bottom: causes, failures, then layers in the
-    order the failure reached them. Relations other than ``propagates`` label their edge."""
+    """The causal graph (a DAG) drawn top to bottom.
+
+    Causes, failures, then layers in the order the failure reached them. Relations other
+    than ``propagates`` label their edge.
+    """
     ax.axis("off")
     if graph.number_of_nodes() == 0:
         ax.text(0.5, 0.5, "no failure, so no causal graph", ha="center", va="center",

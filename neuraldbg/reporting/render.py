@@ -1,5 +1,6 @@
-"""A :class:`~neuraldbg.reporting.data.ReportData` as one self-contained HTML page or a
-one-page PNG summary.
+"""A :class:`~neuraldbg.reporting.data.ReportData` as a self-contained HTML page or PNG.
+
+The PNG is a one-page summary.
 
 The HTML has no script, no external stylesheet, font or image: every figure is a matplotlib
 SVG in a ``data:`` URI, so the file opens offline and makes no network request.
@@ -81,7 +82,8 @@ def _loss_fig(data: ReportData, width: float = 10, height: float = 3.2) -> Figur
     mark = _top_onset(data)
     fig, ax = plt.subplots(figsize=(width, height))
     fig.subplots_adjust(left=0.07, right=0.98, top=0.95, bottom=0.15)
-    peak = (s.loss_peak_step, s.loss_peak) if s.loss_peak is not None else None
+    peak = ((s.loss_peak_step, s.loss_peak)
+            if s.loss_peak is not None and s.loss_peak_step is not None else None)
     plot_loss(ax, steps, loss, onset=mark[1] if mark else None,
               nonfinite_step=s.first_nonfinite_loss.step if s.first_nonfinite_loss else None,
               peak=peak)

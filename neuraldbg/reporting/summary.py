@@ -1,5 +1,8 @@
-"""What happened in a run, read from its trace alone: loss landmarks, first non-finite value,
-the layers and their types. No diagnosis here; the CLI's ``show`` and the report print it."""
+"""What happened in a run, read from its trace alone.
+
+Loss landmarks, first non-finite value, the layers and their types. No diagnosis here; the
+CLI's ``show`` and the report print it.
+"""
 
 from __future__ import annotations
 
@@ -88,8 +91,10 @@ def module_types(trace: Trace) -> dict[str, str]:
 
 
 def layer_label(name: str, types: dict[str, str]) -> str:
-    """``fc2 (Linear)``: a module name with its type; ``layer 1 (ReLU)`` for a bare
-    ``Sequential`` index, ``(model)`` for the empty name."""
+    """``fc2 (Linear)``: a module name with its type.
+
+    ``layer 1 (ReLU)`` for a bare ``Sequential`` index, ``(model)`` for the empty name.
+    """
     shown = name if name else "(model)"
     if name.replace(".", "").isdigit():
         shown = f"layer {name}"

@@ -1,5 +1,7 @@
-"""A diagnosis in words: the verdict, each hypothesis's evidence measured on the trace, the
-meaning of a what-if answer, and why two methods disagree.
+"""A diagnosis in words.
+
+The verdict, each hypothesis's evidence measured on the trace, the meaning of a what-if
+answer, and why two methods disagree.
 
 Every number said here is read from the trace (statistics at the hypothesis's origin layer,
 the loss) or from the public fields of a :class:`~neuraldbg.Hypothesis` or a counterfactual
@@ -369,6 +371,7 @@ def disagreement(ev: TraceEvidence, named: Mapping[str, Sequence[Hypothesis]]
     if va.failed != vb.failed:
         sick, well = (a_name, b_name) if va.failed else (b_name, a_name)
         claim = va.top if va.failed else vb.top
+        assert claim is not None, "a failed verdict has a top hypothesis"  # invariant
         other = b_hyps if va.failed else a_hyps
         p_other = max((h.confidence for h in other if claim and h.failure_type ==
                        claim.failure_type), default=0.0)
