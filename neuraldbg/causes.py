@@ -24,6 +24,24 @@ so a cause is favoured exactly as far as its evidence reaches:
   configured gradient clipping, the init scheme's name (``trace.meta["config"]``, never the
   ground truth, and never the init gain: that is what the trace measures).
 
+Bugs in the training script, whatever symptom they produce (their evidence takes its share
+from the generic causes above, which the bug itself inflates):
+
+- gradients never reset (``missing_zero_grad``): the global gradient norm grows from the
+  first steps like a running sum while the loss does not improve, or with that shape the
+  parameter-gradient / output-gradient norm ratio grows ~10x over the run (the parameter
+  gradient holds the steps before; Adam still lowers the loss a little);
+- ``loss_output_mismatch``: a softmax (or sigmoid) module ends the network on a stall;
+- ``unscaled_targets``: the first loss is orders of magnitude above the output scale;
+- ``symmetric_init``: weight rows identical at enter and still at the latest flush
+  (``trace.meta["weight_diversity"]``, :mod:`neuraldbg.weight_diversity`);
+- ``gradient_blocked``: a trainable module the forward called never received a gradient
+  while others did (a ``.detach()``, ``no_grad`` in the forward);
+- ``data_problem``: a stall whose weights move as much as in healthy training, with no
+  other cause supported (labels unrelated to the inputs);
+- BatchNorm layers whose outputs are not normalised at the first step (a model left in
+  ``eval()``): a cause outside the vocabulary, so its support goes to ``unknown``.
+
 Two causes the trace cannot measure keep a fixed, low support so that they are offered as
 alternatives: ``saturating_activation`` (0.35) for saturated units, since replacing the
 activation is always a valid fix, and ``missing_gradient_clipping`` (0.25) for an
@@ -400,7 +418,15 @@ def accumulation_support(facts: RunFacts, cfg: ThresholdConfig) -> float:
     """Support for "each step's parameter gradient holds the steps before it": the ratio of
     parameter-gradient to output-gradient norm grows ``cfg.grad_accumulation_growth``-fold
     or more over the run (a running sum grows like the step; a healthy run keeps it within a
-    few-fold, a too-high rate grows both norms together)."""
+    few-fold, a too-high rate grows both norms together), and the global gradient norm
+    grows from the first steps like a running sum (:func:`running_sum_support`'s shape).
+    Unlike that rule it does not ask the loss to stall: Adam still lowers the loss a little
+    on a summed gradient. The ratio alone also grows when the weights blow up after a
+    learning-rate spike (the layers' inputs grow), which the shape rules out."""
+    exponent, power_fit, rising = facts.grad_growth
+    if not (power_fit >= cfg.grad_sum_fit and rising >= cfg.grad_sum_monotone
+            and exponent >= cfg.grad_sum_exponent):
+        return 0.0  # a running sum also grows step after step from the start
     return logistic_support(facts.grad_accumulation, cfg.grad_accumulation_growth,
                             decades=0.25)
 

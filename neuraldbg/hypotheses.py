@@ -26,10 +26,19 @@ Each hypothesis pairs a symptom with one cause::
     confidence = P(symptom) x (1 - 0.4 x (1 - support(cause) / support(best cause)))
 
 over the candidate causes plus "unknown" (whose support is the chance that no candidate
-holds, ``prod(1 - support)``). The best-supported cause carries the symptom's probability,
-so an ambiguous cause never makes a clear failure look healthy; weaker alternatives follow
-in the order of their support, down to 0.6 x P(symptom). No constant lets a cause outrank a
-symptom with stronger evidence.
+holds, ``prod(1 - support)``, or the support a rule gives a cause outside the vocabulary).
+The best-supported cause carries the symptom's probability, so an ambiguous cause never
+makes a clear failure look healthy; weaker alternatives follow in the order of their
+support, down to 0.6 x P(symptom). No constant lets a cause outrank a symptom with stronger
+evidence.
+
+An honest "unknown" (:func:`rank_causes`): causes are ordered by their support, never by
+the order they were listed in. When "unknown" is the best supported, or when the two best
+specific causes lie within ``ThresholdConfig.cause_tie_margin`` of each other (the evidence
+does not tell them apart), "unknown" carries the symptom and every specific cause is capped
+at ``ThresholdConfig.unsure_cap`` (< 0.5, the level at which the contract makes a cause a
+claim); ``metadata["cause_resolution"]`` says which (``"evidence"``, ``"unknown"`` or
+``"tie"``) and ``metadata["tied_causes"]`` names the tied causes.
 """
 
 from __future__ import annotations
@@ -47,7 +56,8 @@ from neuraldbg.records import Hypothesis
 from neuraldbg.states import StateTable
 from neuraldbg.symptoms import Symptom
 
-__all__ = ["RootCause", "resolve_overlaps", "generate_hypotheses", "rank_root_causes"]
+__all__ = ["RootCause", "resolve_overlaps", "generate_hypotheses", "rank_causes",
+           "rank_root_causes"]
 _MAX_PATH = 50
 _MAX_COUPLED = 10
 
@@ -193,7 +203,7 @@ def generate_hypotheses(symptoms: list[Symptom], comp: Compression, facts: RunFa
             continue
         causes = score_causes(sym.failure_type, onset=sym.origin_step, first_step=first_step,
                               facts=facts, cfg=cfg, extra=sym.extra)
-        kept, resolution, tied = _rank_causes(causes, cfg.cause_tie_margin, max_causes)
+        kept, resolution, tied = rank_causes(causes, cfg.cause_tie_margin, max_causes)
         prop = sym.propagation
         base_meta = {
             "propagation": (None if prop is None else
@@ -222,7 +232,7 @@ def generate_hypotheses(symptoms: list[Symptom], comp: Compression, facts: RunFa
     return out
 
 
-def _rank_causes(causes: dict[str, tuple[float, dict[str, Any]]], tie_margin: float,
+def rank_causes(causes: dict[str, tuple[float, dict[str, Any]]], tie_margin: float,
                  max_causes: int) -> tuple[list[tuple[str, float, dict[str, Any]]], str,
                                            list[str]]:
     """Order the candidate causes of one symptom, the one that carries it first.
