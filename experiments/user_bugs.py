@@ -81,7 +81,8 @@ def _zero_grad_mlp(severity: float) -> Scenario:
     root_cause="missing_zero_grad",
     code_fix="call opt.zero_grad() before every backward",
     counterfactuals=(
-        {"knobs": {"lr_scale": 0.1}, "expected": "exploding_gradients"},
+        # a lower rate tames the growth but the loss still does not improve
+        {"knobs": {"lr_scale": 0.1}, "expected": "training_plateau"},
     ),
 )
 def _zero_grad_cnn_adam(severity: float) -> Scenario:
@@ -403,17 +404,20 @@ def _adam_sgd_lr_lstm(severity: float) -> Scenario:
                 "BatchNorm layers would normalise; the user called model.eval() before the "
                 "loop and never model.train(), so BatchNorm normalises with its initial "
                 "running statistics (mean 0, variance 1), that is not at all: the gradients "
-                "grow by orders of magnitude and the loss turns non-finite. The vocabulary has no cause for a mode mix-up: the label is an honest "
-                "'unknown'. Severity: the learning-rate multiplier of the buggy loop; 0 is the "
-                "same loop in train mode.",
+                "grow by orders of magnitude and the loss turns non-finite. The vocabulary "
+                "has no cause for a mode mix-up: the label is an honest 'unknown'. "
+                "Severity: the learning-rate multiplier of the buggy loop; 0 is the same loop "
+                "in train mode.",
     default_severity=3.0,
     severities=(1.0, 3.0, 10.0),
     baseline_severity=0.0,
     failure_type="exploding_gradients",
     root_cause="unknown",
     code_fix="call model.train() before the training loop (and after every evaluation)",
+    # inputs scaled down by hand do what the idle BatchNorm should have done
+    equivalent_fixes=({"input_scale": 1 / 128},),
     counterfactuals=(
-        {"knobs": {"lr_scale": 0.1}, "expected": "exploding_gradients"},
+        {"knobs": {"lr_scale": 0.3}, "expected": "exploding_gradients"},
     ),
 )
 def _left_in_eval_cnn_bn(severity: float) -> Scenario:

@@ -610,11 +610,14 @@ def score_causes(failure_type: str, *, onset: int, first_step: int, facts: RunFa
                  "grad_spikiness": extra.get("grad_spikiness")})
         # Labels unrelated to the inputs: the loss sits at chance while the weights move as
         # much as in healthy training and no other cause has evidence.
+        # Gradient spikes belong to an unstable run (a recurrent net without clipping), not
+        # to labels that carry no signal: a shuffled dataset gives a flat, noisy gradient.
         moved = logistic_support(ur, cfg.data_update_ratio, decades=0.5)
         others = max([sup for c, (sup, _) in out.items() if c != "unknown"] + [0.0])
-        put("data_problem", 0.75 * moved * (1.0 - others),
+        spiky = logistic_support(float(extra.get("grad_spikiness", math.nan)), cfg.grad_spike)
+        put("data_problem", 0.75 * moved * (1.0 - others) * (1.0 - spiky),
             {"update_ratio": ur, "threshold": cfg.data_update_ratio,
-             "other_cause_support": others})
+             "other_cause_support": others, "grad_spikiness": extra.get("grad_spikiness")})
     for cause in list(out):
         if cause not in _BUGS and cause != "unknown":
             sup, ev = out[cause]
