@@ -59,7 +59,9 @@ def _zero_grad_mlp(severity: float) -> Scenario:
         train=TrainConfig(lr=0.05, momentum=0.9, steps=120, script="zero_grad_per_epoch",
                           script_period=int(severity)),
         origin_scope="global",
-        onset=OnsetRule("fixed", step=0, tolerance=10),
+        # The sum starts at step 1; the norm leaves the healthy runs' envelope by 10x at
+        # steps 15-18 (SGD) and 30-35 (Adam) on seeds 0-2, hence the wide tolerance.
+        onset=OnsetRule("fixed", step=0, tolerance=40),
         symptoms=(Symptom("grad_growth", direction="greater", scale="log", margin=1.0),
                   _PLATEAU),
     )
@@ -92,7 +94,9 @@ def _zero_grad_cnn_adam(severity: float) -> Scenario:
         train=TrainConfig(optimizer="adam", lr=3e-3, steps=100, script="zero_grad_per_epoch",
                           script_period=int(severity)),
         origin_scope="global",
-        onset=OnsetRule("fixed", step=0, tolerance=10),
+        # The sum starts at step 1; the norm leaves the healthy runs' envelope by 10x at
+        # steps 15-18 (SGD) and 30-35 (Adam) on seeds 0-2, hence the wide tolerance.
+        onset=OnsetRule("fixed", step=0, tolerance=40),
         symptoms=(Symptom("grad_growth", direction="greater", scale="log", margin=1.0),
                   _PLATEAU),
     )
