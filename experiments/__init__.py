@@ -19,6 +19,8 @@ from experiments import (  # noqa: F401 - importing a family module registers it
     lr,
     numerics,
     structure,
+    user_bug_controls,
+    user_bugs,
 )
 from experiments.registry import FamilySpec, get_family, list_families, register_family
 from experiments.runner import run_counterfactual, run_scenario

@@ -58,7 +58,8 @@ def _cmd_list(args: argparse.Namespace) -> int:
         table.add_row(spec.name, spec.kind, spec.architecture, spec.data, spec.failure_type,
                       " + ".join(spec.root_causes) or spec.root_cause,
                       f"{_fmt(spec.default_severity)}; {sevs}",
-                      ", ".join(spec.counterfactual_knobs), _fmt(spec.canonical_fix))
+                      ", ".join(spec.counterfactual_knobs),
+                      _fmt(spec.canonical_fix) or f"(code) {spec.code_fix}")
     console = Console(width=200)
     console.print(table)
     n_fail = sum(s.kind == "failure" for s in specs)

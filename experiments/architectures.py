@@ -79,7 +79,20 @@ def _mlp(arch: ArchConfig, d_in: int, n_classes: int) -> nn.Module:
         layers.append((f"act{i}", make_activation(arch.activation)))
         d = arch.width
     layers.append(("out", nn.Linear(d, n_classes)))
+    layers += _output_module(arch)
     return nn.Sequential(OrderedDict(layers))
+
+
+def _output_module(arch: ArchConfig) -> list[tuple[str, nn.Module]]:
+    """The user's probability layer after the logits (``arch.output``), if any."""
+    if arch.output == "logits":
+        return []
+    if arch.output == "softmax":
+        return [("prob", nn.Softmax(dim=1))]
+    if arch.output == "sigmoid":
+        return [("prob", nn.Sigmoid())]
+    raise ValueError(f"Unknown output {arch.output!r}. Valid values are: "
+                     "['logits', 'sigmoid', 'softmax']")
 
 
 def _cnn(arch: ArchConfig, shape: tuple[int, ...], n_classes: int) -> nn.Module:
@@ -102,6 +115,7 @@ def _cnn(arch: ArchConfig, shape: tuple[int, ...], n_classes: int) -> nn.Module:
         layers.append(("fc_norm", norm))
     layers.append(("fc_act", make_activation(arch.activation)))
     layers.append(("out", nn.Linear(64, n_classes)))
+    layers += _output_module(arch)
     return nn.Sequential(OrderedDict(layers))
 
 
@@ -173,13 +187,19 @@ class RecurrentNet(nn.Module):
         self.fc = nn.Linear(arch.width, arch.width)
         self.act = make_activation(arch.activation)
         self.out = nn.Linear(arch.width, n_classes)
+        self.detach_features = arch.detach_features
+        for name, mod in _output_module(arch):
+            self.add_module(name, mod)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, T, d)
         seq, _ = self.rnn(x)
         h = seq[:, -1]
+        if self.detach_features:  # the user's bug: the recurrent layer gets no gradient
+            h = h.detach()
         if hasattr(self, "norm"):
             h = self.norm(h)
-        return self.out(self.act(self.fc(h)))
+        y = self.out(self.act(self.fc(h)))
+        return self.prob(y) if hasattr(self, "prob") else y
 
 
 class TransformerBlock(nn.Module):
@@ -228,19 +248,38 @@ class TinyTransformer(nn.Module):
         if nf is not None:
             self.norm_f = nf
         self.out = nn.Linear(arch.width, n_classes)
+        self.detach_features = arch.detach_features
+        for name, mod in _output_module(arch):
+            self.add_module(name, mod)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, T, d)
         h = self.embed(x) + self.pos
+        if self.detach_features:  # the user's bug: the embedding gets no gradient
+            h = h.detach()
         for block in self.blocks:
             h = block(h)
         if hasattr(self, "norm_f"):
             h = self.norm_f(h)
-        return self.out(h.mean(dim=1))
+        y = self.out(h.mean(dim=1))
+        return self.prob(y) if hasattr(self, "prob") else y
+
+
+def _fill_constant(model: nn.Module, arch: ArchConfig) -> None:
+    """``p.fill_(value)`` on every parameter, as users write it (plus optional noise)."""
+    if arch.init_fill is None:
+        raise ValueError("init='constant' needs init_fill, the value every parameter is "
+                         "filled with, e.g. ArchConfig(..., init='constant', init_fill=0.01).")
+    for p in model.parameters():
+        p.fill_(arch.init_fill)
+        if arch.init_noise > 0:
+            p.add_(torch.randn_like(p) * arch.init_noise)
 
 
 def _initialise(model: nn.Module, arch: ArchConfig) -> None:
     with torch.no_grad():
-        if arch.init != "default":
+        if arch.init == "constant":
+            _fill_constant(model, arch)
+        elif arch.init != "default":
             for mod in model.modules():
                 if isinstance(mod, (nn.Linear, nn.Conv2d)):
                     if arch.init == "kaiming":
@@ -249,7 +288,7 @@ def _initialise(model: nn.Module, arch: ArchConfig) -> None:
                         nn.init.xavier_normal_(mod.weight)
                     else:
                         raise ValueError(f"Unknown init {arch.init!r}. Valid values are: "
-                                         "['default', 'kaiming', 'xavier']")
+                                         "['constant', 'default', 'kaiming', 'xavier']")
                     if mod.bias is not None:
                         mod.bias.zero_()
         if arch.init_gain != 1.0:
@@ -310,5 +349,11 @@ def build_model(arch: ArchConfig, input_shape: tuple[int, ...], n_classes: int) 
         model = TinyTransformer(arch, input_shape[0], input_shape[1], n_classes)
     else:
         raise ValueError(f"Unknown architecture {kind!r}. Valid kinds are: {list(ARCHITECTURES)}")
+    if arch.detach_features and kind not in ("rnn", "transformer"):
+        raise ValueError(f"detach_features is a bug of the rnn and transformer models, got "
+                         f"kind={kind!r}.")
+    if arch.output != "logits" and kind == "resnet":
+        raise ValueError("output='softmax'/'sigmoid' is not built for the resnet kind; use "
+                         "mlp, cnn, rnn or transformer.")
     _initialise(model, arch)
     return model

@@ -33,9 +33,9 @@ class Dataset:
     x : torch.Tensor
         Inputs, float32: ``(n, d)``, ``(n, 1, 8, 8)`` or ``(n, seq_len, d)``.
     y : torch.Tensor
-        Class labels, int64, ``(n,)``.
+        Class labels, int64, ``(n,)``; regression targets, float32, ``(n, 1)``.
     n_classes : int
-        Number of classes.
+        Number of classes (1 for a regression target: the model's outputs).
     description : str
         A line for the run config (what a user would write down about the data).
     """
@@ -64,7 +64,12 @@ def _teacher(cfg: DataConfig, rng: np.random.Generator) -> tuple[np.ndarray, np.
     x = rng.standard_normal((cfg.n_samples, cfg.n_features))
     w1 = rng.standard_normal((cfg.n_features, 64)) / np.sqrt(cfg.n_features)
     w2 = rng.standard_normal((64, cfg.n_classes)) / 8.0
-    y = np.argmax(np.tanh(2.0 * x @ w1) @ w2, axis=1)
+    scores = np.tanh(2.0 * x @ w1) @ w2
+    if cfg.target == "regression":  # the teacher's first score, standardised, then scaled
+        s = scores[:, :1]
+        s = (s - s.mean()) / s.std()
+        return x, (s * cfg.target_scale + cfg.target_offset).astype(np.float32)
+    y = np.argmax(scores, axis=1)
     return x, y.astype(np.int64)
 
 
@@ -95,6 +100,9 @@ def load_dataset(cfg: DataConfig) -> Dataset:
         If ``cfg.name`` is not one of :data:`DATASETS`.
     """
     rng = np.random.default_rng(cfg.data_seed)
+    if cfg.target == "regression" and cfg.name != "teacher":
+        raise ValueError(f"Regression targets come from the teacher dataset only, got "
+                         f"name={cfg.name!r}. Use DataConfig('teacher', target='regression').")
     if cfg.name in ("digits", "digits_image"):
         x, y = _digits()
         n_classes = 10
@@ -109,7 +117,7 @@ def load_dataset(cfg: DataConfig) -> Dataset:
     if cfg.standardize:
         x = _standardize(x)
     x = x * cfg.raw_scale + cfg.offset
-    if cfg.label_noise > 0:
+    if cfg.label_noise > 0 and cfg.target == "class":
         flip = rng.random(len(y)) < cfg.label_noise
         y = np.where(flip, rng.integers(0, n_classes, len(y)), y)
     if cfg.name == "digits_image":
@@ -117,9 +125,12 @@ def load_dataset(cfg: DataConfig) -> Dataset:
     desc = cfg.name
     if cfg.name == "sequence":
         desc += f" (len {cfg.seq_len})"
+    if cfg.target == "regression":
+        desc += " (regression)"
     return Dataset(
         x=torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)),
-        y=torch.from_numpy(np.ascontiguousarray(y, dtype=np.int64)),
-        n_classes=int(n_classes),
+        y=torch.from_numpy(np.ascontiguousarray(
+            y, dtype=np.float32 if cfg.target == "regression" else np.int64)),
+        n_classes=1 if cfg.target == "regression" else int(n_classes),
         description=desc,
     )

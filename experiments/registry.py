@@ -73,6 +73,10 @@ class FamilySpec:
     counterfactuals : tuple of dict
         ``{"knobs": {...}, "expected": failure_type or "healthy"}``: outcomes under knob
         changes, determined by re-running and checked the same way.
+    code_fix : str
+        The change to the user's code that removes a bug no knob can undo (``"call
+        opt.zero_grad() every step"``); such a family may leave ``canonical_fix`` empty, and
+        its counterfactuals then record the knob changes a user would try that do not help.
     """
 
     name: str
@@ -91,6 +95,7 @@ class FamilySpec:
     canonical_fix: dict[str, Any] = field(default_factory=dict)
     equivalent_fixes: tuple[dict[str, Any], ...] = ()
     counterfactuals: tuple[dict[str, Any], ...] = ()
+    code_fix: str = ""
 
     @property
     def counterfactual_knobs(self) -> tuple[str, ...]:
@@ -153,8 +158,10 @@ def _check_spec(spec: FamilySpec) -> None:
             raise ValueError(f"Failure family {spec.name!r} needs a baseline_severity (the "
                              "severity at which the fault is absent) or baseline_knobs (the "
                              "knobs that remove it at the same severity).")
-        if not spec.canonical_fix:
-            raise ValueError(f"Failure family {spec.name!r} needs a canonical_fix.")
+        if not spec.canonical_fix and not spec.code_fix:
+            raise ValueError(f"Failure family {spec.name!r} needs a canonical_fix (the knobs "
+                             "that undo the fault) or, for a bug no knob undoes, a code_fix "
+                             "(the change to the user's code that removes it).")
     for knobs in [spec.canonical_fix, spec.baseline_knobs, *spec.equivalent_fixes,
                   *(cf["knobs"] for cf in spec.counterfactuals)]:
         make_knobs(**knobs)  # raises on an unknown knob or value

@@ -35,7 +35,8 @@ import neuraldbg as ndb
 from experiments.architectures import build_model
 from experiments.datasets import load_dataset
 from experiments.registry import FamilySpec, build_scenario, get_family
-from experiments.scenario import OnsetRule, Scenario
+from experiments.scenario import OnsetRule, Scenario, TrainConfig
+from experiments.scripts import get_script
 from experiments.symptoms import onset_series
 from neuraldbg.knobs import Knobs, make_knobs
 
@@ -44,6 +45,7 @@ __all__ = ["run_scenario", "run_counterfactual", "expected_outcome", "measure_on
 
 #: What a zoo run's trace depends on: the zoo, and every capture module that writes the trace.
 _FINGERPRINT_SOURCES = ("experiments", "neuraldbg/capture.py", "neuraldbg/trace.py",
+                        "neuraldbg/weight_diversity.py",
                         "neuraldbg/statistics.py", "neuraldbg/activation_batch.py",
                         "neuraldbg/param_norms.py", "neuraldbg/module_table.py",
                         "neuraldbg/host_values.py", "neuraldbg/capture_config.py",
@@ -100,6 +102,22 @@ def pinned_execution() -> Iterator[None]:
 def _naive_cross_entropy(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     # log(sum(exp(z))) without the max shift: overflows once a logit passes ~88 (float32).
     return (logits.exp().sum(dim=1).log() - logits.gather(1, y[:, None]).squeeze(1)).mean()
+
+
+def _one_hot_bce(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    # class labels as one-hot multi-label targets: the loss applies its own sigmoid
+    return F.binary_cross_entropy_with_logits(logits, F.one_hot(y, logits.shape[1]).float())
+
+
+def _loss_fn(train: TrainConfig) -> Any:
+    table = {"cross_entropy": F.cross_entropy, "naive_cross_entropy": _naive_cross_entropy,
+             "mse": F.mse_loss, "bce_with_logits": _one_hot_bce}
+    if train.loss not in table:
+        raise ValueError(f"Unknown loss {train.loss!r}. Valid values: {sorted(table)}")
+    return table[train.loss]
+
+
+_LOSS_NAMES = {"naive_cross_entropy": "custom_softmax_cross_entropy"}
 
 
 def expected_outcome(spec: FamilySpec, severity: float, knobs: Knobs) -> dict[str, Any] | None:
@@ -203,8 +221,7 @@ def _config(scen: Scenario, knobs: Knobs, arch: Any, grad_clip: float | None,
         "batch_size": train.batch_size,
         "steps": train.steps,
         "grad_clip": grad_clip,
-        "loss": ("custom_softmax_cross_entropy" if train.loss == "naive_cross_entropy"
-                 else "cross_entropy"),
+        "loss": _LOSS_NAMES.get(train.loss, train.loss),
         "data": data_desc,
         "input_normalization": "standardize" if scen.data.standardize else "none",
         "input_scale": knobs.input_scale,
@@ -287,7 +304,8 @@ def _train(spec: FamilySpec, sev: float, seed: int, out: str | os.PathLike[str] 
         opt = torch.optim.Adam(model.parameters(), lr=base_lr)
     else:
         raise ValueError(f"Unknown optimizer {train.optimizer!r}. Valid values: ['sgd', 'adam']")
-    loss_fn = _naive_cross_entropy if train.loss == "naive_cross_entropy" else F.cross_entropy
+    loss_fn = _loss_fn(train)
+    script = get_script(train.script)
 
     outcome = expected_outcome(spec, sev, kn)
     label = outcome["expected"] if outcome is not None else None
@@ -316,6 +334,7 @@ def _train(spec: FamilySpec, sev: float, seed: int, out: str | os.PathLike[str] 
         "scenario_failure_type": spec.failure_type,
         "scenario_root_cause": spec.root_cause,
         "canonical_fix": dict(spec.canonical_fix),
+        "code_fix": spec.code_fix,
         "equivalent_fixes": [dict(f) for f in spec.equivalent_fixes],
         "counterfactuals": [dict(c) for c in spec.counterfactuals],
         "manifestation": {"checked": False,
@@ -329,6 +348,13 @@ def _train(spec: FamilySpec, sev: float, seed: int, out: str | os.PathLike[str] 
     gen = torch.Generator().manual_seed(seed)
     n = len(data.y)
     params = [p for p in model.parameters() if p.requires_grad]
+
+    def clip() -> None:
+        if grad_clip is not None:
+            torch.nn.utils.clip_grad_norm_(params, grad_clip)
+
+    if script.setup is not None:
+        script.setup(model)
     first_bad: int | None = None
     dbg = ndb.NeuralDbg(model, optimizer=opt, every=every, config=config, seed=int(seed),
                         ground_truth=gt)
@@ -348,12 +374,7 @@ def _train(spec: FamilySpec, sev: float, seed: int, out: str | os.PathLike[str] 
             yb = data.y[idx]
             if train.noisy_batch_every and step > 0 and step % train.noisy_batch_every == 0:
                 yb = torch.randint(0, data.n_classes, yb.shape, generator=gen)
-            opt.zero_grad(set_to_none=True)
-            loss = loss_fn(model(xb), yb)
-            loss.backward()
-            if grad_clip is not None:
-                torch.nn.utils.clip_grad_norm_(params, grad_clip)
-            opt.step()
+            loss = script.step(model, opt, loss_fn, xb, yb, clip, step, train.script_period)
             dbg.step(loss)
             if first_bad is None and not math.isfinite(float(loss.detach())):
                 first_bad = step

@@ -37,8 +37,9 @@ class ArchConfig:
         Hidden activation (``relu``, ``leaky_relu``, ``gelu``, ``tanh``, ``sigmoid``).
     normalization : {"none", "batch", "layer"}
         Normalization after each hidden layer.
-    init : {"default", "kaiming", "xavier"}
-        Weight initialisation of Linear/Conv weights (``default`` keeps PyTorch's).
+    init : {"default", "kaiming", "xavier", "constant"}
+        Weight initialisation of Linear/Conv weights (``default`` keeps PyTorch's;
+        ``constant`` fills every parameter with ``init_fill``).
     init_gain : float
         Multiplier on that initialisation's standard deviation (a family's init fault).
     bias_fill : tuple of (str, float)
@@ -53,6 +54,19 @@ class ArchConfig:
         Multiplier on the recurrent weight matrices after init (rnn only).
     heads : int
         Attention heads (transformer only).
+    output : {"logits", "softmax", "sigmoid"}
+        What the network ends with: its raw scores, or (a user's bug when the loss applies
+        its own softmax or sigmoid) an ``nn.Softmax(dim=1)`` / ``nn.Sigmoid()`` module named
+        ``prob`` after the last layer.
+    init_fill : float or None
+        ``init="constant"``: every weight and bias filled with this value (``p.fill_(0.01)``
+        as users write it), plus ``init_noise`` times a standard normal draw when that is
+        positive (symmetry broken by noise, the healthy look-alike).
+    init_noise : float
+        See ``init_fill``.
+    detach_features : bool
+        rnn/transformer: the features fed to the head are ``.detach()``-ed in ``forward``
+        (a user's bug: the encoder below gets no gradient).
     """
 
     kind: Literal["mlp", "cnn", "resnet", "rnn", "transformer"]
@@ -60,13 +74,17 @@ class ArchConfig:
     width: int = 64
     activation: str = "relu"
     normalization: Literal["none", "batch", "layer"] = "none"
-    init: Literal["default", "kaiming", "xavier"] = "default"
+    init: Literal["default", "kaiming", "xavier", "constant"] = "default"
     init_gain: float = 1.0
     bias_fill: tuple[tuple[str, float], ...] = ()
     cell: Literal["gru", "lstm", "rnn", "rnn_relu"] = "gru"
     recurrent_init: Literal["default", "identity"] = "default"
     recurrent_gain: float = 1.0
     heads: int = 2
+    output: Literal["logits", "softmax", "sigmoid"] = "logits"
+    init_fill: float | None = None
+    init_noise: float = 0.0
+    detach_features: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +119,12 @@ class DataConfig:
         Share of labels replaced by random ones (fixed, part of the dataset).
     data_seed : int
         Seed of the dataset itself; runs with different seeds share the dataset.
+    target : {"class", "regression"}
+        ``regression`` (teacher data only): a continuous target, the teacher's score,
+        standardised and then multiplied by ``target_scale`` and shifted by ``target_offset``
+        (a price left in dollars); the model then has one output.
+    target_scale, target_offset : float
+        See ``target``.
     """
 
     name: Literal["digits", "digits_image", "teacher", "sequence"]
@@ -114,6 +138,9 @@ class DataConfig:
     label_window: Literal["tail", "head", "all"] = "tail"
     label_noise: float = 0.0
     data_seed: int = 1234
+    target: Literal["class", "regression"] = "class"
+    target_scale: float = 1.0
+    target_offset: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,13 +164,20 @@ class TrainConfig:
     lr_spike : tuple of (int, float, int) or None
         ``(step, factor, length)``: the learning rate multiplied by ``factor`` for ``length``
         steps from ``step`` (a schedule bug; ``lr_scale`` scales it too).
-    loss : {"cross_entropy", "naive_cross_entropy"}
+    loss : {"cross_entropy", "naive_cross_entropy", "mse", "bce_with_logits"}
         ``naive_cross_entropy`` computes ``log(sum(exp(z)))`` without subtracting the max,
         as a hand-written loss might; it overflows in float32 once a logit passes ~88.
+        ``mse`` for regression targets; ``bce_with_logits`` on one-hot class targets (a
+        multi-label style loss that applies its own sigmoid).
     noisy_batch_every : int or None
         Every this many steps, one batch has its labels shuffled (a benign loss spike).
     stop_after_nonfinite : int
         Steps trained after the first non-finite loss before the run stops.
+    script : str
+        The training step as the user wrote it, by name in :mod:`experiments.scripts`
+        (``"standard"``: zero_grad, forward, backward, clip, step; others carry a bug).
+    script_period : int
+        A period the script reads (``zero_grad_per_epoch``: batches between resets).
     """
 
     optimizer: Literal["sgd", "adam"] = "sgd"
@@ -153,9 +187,12 @@ class TrainConfig:
     batch_size: int = 64
     grad_clip: float | None = None
     lr_spike: tuple[int, float, int] | None = None
-    loss: Literal["cross_entropy", "naive_cross_entropy"] = "cross_entropy"
+    loss: Literal["cross_entropy", "naive_cross_entropy", "mse", "bce_with_logits"] = \
+        "cross_entropy"
     noisy_batch_every: int | None = None
     stop_after_nonfinite: int = 10
+    script: str = "standard"
+    script_period: int = 1
 
 
 @dataclass(frozen=True, slots=True)

@@ -56,6 +56,7 @@ from neuraldbg.trace import (
     load_trace,
     rank_shard,
 )
+from neuraldbg.weight_diversity import WeightDiversity
 
 __all__ = ["Recorder", "CaptureConfig"]
 
@@ -215,6 +216,7 @@ class Recorder:
         # Device buffers, one row per step slot (+1 module row: the root's bucket).
         self._log = StepLog([name for name, _ in leaves], cap, dev,
                             has_params=self._has_params, complement=self._complement)
+        self._diversity = WeightDiversity(leaves)
 
     def _device_index(self, idx: list[int] | tuple[int, ...]) -> torch.Tensor:
         """A cached device tensor of module indices (no host-to-device copy per step)."""
@@ -234,6 +236,7 @@ class Recorder:
         writer = None
         try:
             self._reset_host_state()
+            self._diversity.snapshot(self._step)
             if self.out is not None:
                 # a later enter of the same object continues its own trace
                 writer = TraceWriter(self._shard_root(), overwrite=self.overwrite,
@@ -557,6 +560,7 @@ class Recorder:
             again) and ``meta.json`` says ``write_failed`` where it can still be written.
         """
         n = self._slot
+        self._diversity.flush(self._step)
         if n:
             chunk = self._log.drain(n, self._meter)
             if self._measured:  # the open step's parameter norms sit in row n
@@ -616,6 +620,7 @@ class Recorder:
                 "platform": platform.platform(),
             },
             "ground_truth": self.ground_truth,
+            "weight_diversity": self._diversity.to_dict(),
         }
 
     @property

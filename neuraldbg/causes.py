@@ -24,6 +24,24 @@ so a cause is favoured exactly as far as its evidence reaches:
   configured gradient clipping, the init scheme's name (``trace.meta["config"]``, never the
   ground truth, and never the init gain: that is what the trace measures).
 
+Bugs in the training script, whatever symptom they produce (their evidence takes its share
+from the generic causes above, which the bug itself inflates):
+
+- gradients never reset (``missing_zero_grad``): the global gradient norm grows from the
+  first steps like a running sum while the loss does not improve, or with that shape the
+  parameter-gradient / output-gradient norm ratio grows ~10x over the run (the parameter
+  gradient holds the steps before; Adam still lowers the loss a little);
+- ``loss_output_mismatch``: a softmax (or sigmoid) module ends the network on a stall;
+- ``unscaled_targets``: the first loss is orders of magnitude above the output scale;
+- ``symmetric_init``: weight rows identical at enter and still at the latest flush
+  (``trace.meta["weight_diversity"]``, :mod:`neuraldbg.weight_diversity`);
+- ``gradient_blocked``: a trainable module the forward called never received a gradient
+  while others did (a ``.detach()``, ``no_grad`` in the forward);
+- ``data_problem``: a stall whose weights move as much as in healthy training, with no
+  other cause supported (labels unrelated to the inputs);
+- BatchNorm layers whose outputs are not normalised at the first step (a model left in
+  ``eval()``): a cause outside the vocabulary, so its support goes to ``unknown``.
+
 Two causes the trace cannot measure keep a fixed, low support so that they are offered as
 alternatives: ``saturating_activation`` (0.35) for saturated units, since replacing the
 activation is always a valid fix, and ``missing_gradient_clipping`` (0.25) for an
@@ -34,6 +52,7 @@ whose evidence is measured beyond its threshold (support > 0.5).
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -129,6 +148,25 @@ class RunFacts:
     output_type : str
         Module type of the last module in forward order (``"Softmax"`` for a softmax
         output layer).
+    row_diversity : float
+        Weight-row diversity (:mod:`neuraldbg.weight_diversity`) of the most symmetric
+        module: the larger of its values at enter and at the latest flush, the smallest over
+        modules whose rows are not a single output (NaN when not recorded).
+    symmetric_modules : tuple of str
+        Modules whose rows stayed copies of each other (diversity below
+        ``row_diversity_low`` at enter and at the latest flush).
+    blocked_modules : tuple of str
+        Trainable modules the forward pass called that never received a gradient (no
+        output gradient at any recorded step, parameter gradients exactly zero or absent)
+        while other trainable modules did.
+    grad_accumulation : float
+        Growth over the run of parameter-gradient norm / output-gradient norm of the
+        weight layers (median over layers, late steps over the first ones): ~1 when each
+        step's gradient is that step's, growing like the step when they pile up.
+    batchnorm_output_std : float
+        Median std of the BatchNorm outputs at the first recorded step: ~1 when they
+        normalise (train mode), the raw input scale when they run on their initial running
+        statistics (``eval()``). NaN without BatchNorm.
     """
 
     update_ratio: float
@@ -152,6 +190,11 @@ class RunFacts:
     loss_improved: bool = True
     loss_scale_ratio: float = math.nan
     output_type: str = ""
+    row_diversity: float = math.nan
+    symmetric_modules: tuple[str, ...] = ()
+    blocked_modules: tuple[str, ...] = ()
+    grad_accumulation: float = math.nan
+    batchnorm_output_std: float = math.nan
 
 
 def _rms(states: StateTable, row: int) -> np.ndarray:
@@ -197,7 +240,8 @@ def gather_facts(trace: Trace, states: StateTable, dyn: LossDynamics) -> RunFact
             if j0 == 1 and ok[0] and fams[0] == "other":
                 input_rms = float(rms[0])  # a Flatten/reshape in front shows the input itself
             elif ok[j0] and "norm" not in fams[:j0]:
-                gain = init_gain if math.isfinite(init_gain) else states.config.default_gain
+                gain = (init_gain if math.isfinite(init_gain) and init_gain > 0
+                        else states.config.default_gain)
                 input_rms = float(std[j0] / gain)
     lr_col = (trace.steps["lr"].to_numpy(dtype=float, na_value=np.nan)
               if "lr" in trace.steps.columns else np.array([]))
@@ -231,7 +275,69 @@ def gather_facts(trace: Trace, states: StateTable, dyn: LossDynamics) -> RunFact
         grad_clip=clip if clip and clip > 0 else None, n_weight_layers=int(weight.sum()),
         config=cfg_run, grad_growth=_grad_growth(trace, states.config.grad_sum_steps),
         loss_improved=_loss_improved(trace), loss_scale_ratio=loss_scale_ratio,
-        output_type=types[-1] if types else "")
+        output_type=types[-1] if types else "",
+        **_symmetry(trace, states.config), blocked_modules=_blocked(trace, states),
+        grad_accumulation=_grad_accumulation(states, weight),
+        batchnorm_output_std=_batchnorm_std(states, rows))
+
+
+def _symmetry(trace: Trace, cfg: ThresholdConfig) -> dict[str, Any]:
+    """``row_diversity`` and ``symmetric_modules`` from ``trace.meta["weight_diversity"]``."""
+    rec = trace.meta.get("weight_diversity") or {}
+    mods = rec.get("modules") or {}
+    ends = {name: max(v[0], v[-1]) for name, v in mods.items()
+            if v and all(isinstance(x, (int, float)) and math.isfinite(x) for x in v)}
+    if not ends:
+        return {"row_diversity": math.nan, "symmetric_modules": ()}
+    return {"row_diversity": float(min(ends.values())),
+            "symmetric_modules": tuple(n for n, d in ends.items()
+                                       if d < cfg.row_diversity_low)}
+
+
+def _blocked(trace: Trace, states: StateTable) -> tuple[str, ...]:
+    """Trainable, called modules that never got a gradient while others did."""
+    m = states.measures
+    n_train = (trace.modules.set_index("module_name")["n_trainable"]
+               .reindex(states.module_names).fillna(0).to_numpy())
+    called = np.nan_to_num(m["calls"], nan=0.0).sum(axis=0) > 0
+    out_g = m["out_grad_norm"]
+    par_g = np.nan_to_num(m["param_grad_norm"], nan=0.0)
+    no_out = ~np.isfinite(out_g).any(axis=0)
+    no_par = (par_g == 0).all(axis=0)
+    trainable = called & (n_train > 0)
+    blocked = trainable & no_out & no_par
+    learning = trainable & ~blocked & (par_g > 0).any(axis=0)
+    if not learning.any() or len(states.steps) == 0:
+        return ()
+    return tuple(n for n, b in zip(states.module_names, blocked, strict=True) if b)
+
+
+def _grad_accumulation(states: StateTable, weight: np.ndarray) -> float:
+    """Late over early ratio of parameter-gradient to output-gradient norm (median over
+    weight layers); NaN with fewer than 8 recorded steps."""
+    m = states.measures
+    n = len(states.steps)
+    if n < 8 or not weight.any():
+        return math.nan
+    with np.errstate(all="ignore"):
+        ratio = m["param_grad_norm"][:, weight] / m["out_grad_norm"][:, weight]
+    ratio = np.where(np.isfinite(ratio) & (ratio > 0), ratio, np.nan)
+    k = max(3, n // 10)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        growth = np.nanmedian(ratio[-k:], axis=0) / np.nanmedian(ratio[:k], axis=0)
+    growth = growth[np.isfinite(growth)]
+    return float(np.median(growth)) if growth.size else math.nan
+
+
+def _batchnorm_std(states: StateTable, rows: np.ndarray) -> float:
+    """Median std of the BatchNorm outputs at the first recorded step (NaN without)."""
+    cols = [j for j, t in enumerate(states.module_types) if "BatchNorm" in t]
+    if not cols or not len(rows):
+        return math.nan
+    std = states.measures["act_std"][int(rows[0]), cols]
+    std = std[np.isfinite(std) & (std > 0)]
+    return float(np.median(std)) if std.size else math.nan
 
 
 def _grad_growth(trace: Trace, n_steps: int) -> tuple[float, float, float]:
@@ -290,6 +396,10 @@ def _init_support(facts: RunFacts, cfg: ThresholdConfig) -> tuple[float, float]:
 #: applies its own); a sigmoid output is right for ``BCELoss`` and wrong for
 #: ``BCEWithLogitsLoss``, which the trace cannot tell apart, so it stays below 0.5.
 _OUTPUT_MISMATCH: dict[str, float] = {"Softmax": 0.85, "Softmax2d": 0.85, "Sigmoid": 0.45}
+#: Bugs in the user's script: evidence for one of them takes its share from the generic
+#: causes (a high update ratio, a small init gain) that the bug itself produces.
+_BUGS = ("missing_zero_grad", "unscaled_targets", "symmetric_init", "gradient_blocked",
+         "loss_output_mismatch", "data_problem")
 
 
 def running_sum_support(facts: RunFacts, cfg: ThresholdConfig) -> float:
@@ -304,6 +414,43 @@ def running_sum_support(facts: RunFacts, cfg: ThresholdConfig) -> float:
                                    and rising >= cfg.grad_sum_monotone):
         return 0.0
     return logistic_support(exponent, cfg.grad_sum_exponent, decades=0.1)
+
+
+def accumulation_support(facts: RunFacts, cfg: ThresholdConfig) -> float:
+    """Support for "each step's parameter gradient holds the steps before it": the ratio of
+    parameter-gradient to output-gradient norm grows ``cfg.grad_accumulation_growth``-fold
+    or more over the run (a running sum grows like the step; a healthy run keeps it within a
+    few-fold, a too-high rate grows both norms together), and the global gradient norm
+    grows from the first steps like a running sum (:func:`running_sum_support`'s shape).
+    Unlike that rule it does not ask the loss to stall: Adam still lowers the loss a little
+    on a summed gradient. The ratio alone also grows when the weights blow up after a
+    learning-rate spike (the layers' inputs grow), which the shape rules out."""
+    exponent, power_fit, rising = facts.grad_growth
+    if not (power_fit >= cfg.grad_sum_fit and rising >= cfg.grad_sum_monotone
+            and exponent >= cfg.grad_sum_exponent):
+        return 0.0  # a running sum also grows step after step from the start
+    return logistic_support(facts.grad_accumulation, cfg.grad_accumulation_growth,
+                            decades=0.25)
+
+
+def symmetric_support(facts: RunFacts, cfg: ThresholdConfig) -> float:
+    """Support for "a layer's units are copies of each other" (constant or identical
+    initial weights): weight-row diversity below ``cfg.row_diversity_low`` at enter and
+    still at the latest flush (1.0 for rows exactly equal)."""
+    if not facts.symmetric_modules:
+        return 0.0
+    return logistic_support(max(facts.row_diversity, 1e-12), cfg.row_diversity_low,
+                            above=False, decades=0.5)
+
+
+def batchnorm_off_support(facts: RunFacts, cfg: ThresholdConfig) -> float:
+    """Support for "the BatchNorm layers do not normalise" (a model left in ``eval()``,
+    normalising with its initial running statistics): their outputs' std at the first step
+    ``cfg.batchnorm_std_high`` times or more off 1 (train-mode BatchNorm outputs ~1)."""
+    std = facts.batchnorm_output_std
+    if not (std > 0 and math.isfinite(std)):
+        return 0.0
+    return logistic_support(max(std, 1.0 / std), cfg.batchnorm_std_high, decades=0.25)
 
 
 def score_causes(failure_type: str, *, onset: int, first_step: int, facts: RunFacts,
@@ -339,18 +486,29 @@ def score_causes(failure_type: str, *, onset: int, first_step: int, facts: RunFa
     ur = facts.update_ratio
     inputs = logistic_support(facts.input_rms, cfg.input_scale_high)
     init_large, init_small = _init_support(facts, cfg)
-    piled = running_sum_support(facts, cfg)
+    init_large *= 1.0 - batchnorm_off_support(facts, cfg)
+    piled = max(running_sum_support(facts, cfg), accumulation_support(facts, cfg))
     targets = logistic_support(facts.loss_scale_ratio, cfg.loss_scale_ratio)
+    symmetric = symmetric_support(facts, cfg)
+    blocked = 1.0 if facts.blocked_modules else 0.0
+    # BatchNorm present but not normalising: whatever it was there to absorb (the input or
+    # init scale, a high rate, depth) is not the root; the mode mix-up has no cause in the
+    # vocabulary, so its support goes to "unknown" (see generate_hypotheses).
+    bn_off = batchnorm_off_support(facts, cfg)
+    inputs *= 1.0 - bn_off
     mismatch = _OUTPUT_MISMATCH.get(facts.output_type, 0.0)
     # Unnormalised inputs or a too-large init inflate every gradient and so the update
     # ratio: a high ratio is weaker evidence of a high learning rate when either holds.
     # Gradients that pile up (no zero_grad) or targets far off the output scale inflate it
     # whatever the rate: then a high ratio is hardly evidence of the rate at all.
     lr_high = (logistic_support(ur, cfg.update_ratio_high)
-               * (1.0 - 0.5 * max(inputs, init_large)) * (1.0 - max(piled, targets)))
+               * (1.0 - 0.5 * max(inputs, init_large))
+               * (1.0 - max(piled, targets, symmetric, blocked, bn_off)))
     ev_piled = {"grad_growth_exponent": facts.grad_growth[0],
                 "power_law_fit": facts.grad_growth[1], "share_rising": facts.grad_growth[2],
-                "loss_improved": facts.loss_improved, "threshold": cfg.grad_sum_exponent}
+                "loss_improved": facts.loss_improved, "threshold": cfg.grad_sum_exponent,
+                "param_over_output_grad_growth": facts.grad_accumulation,
+                "accumulation_threshold": cfg.grad_accumulation_growth}
     ev_targets = {"loss_scale_ratio": facts.loss_scale_ratio,
                   "threshold": cfg.loss_scale_ratio}
     ev_output = {"output_module_type": facts.output_type}
@@ -374,6 +532,18 @@ def score_causes(failure_type: str, *, onset: int, first_step: int, facts: RunFa
     # Bugs in the training script, whatever the symptom they produce.
     put("missing_zero_grad", 0.95 * piled, ev_piled)
     put("unscaled_targets", 0.9 * targets, ev_targets)
+    put("symmetric_init", 0.95 * symmetric,
+        {"row_diversity": facts.row_diversity, "threshold": cfg.row_diversity_low,
+         "symmetric_modules": list(facts.symmetric_modules)})
+    put("gradient_blocked", 0.9 * blocked, {"modules_without_gradient":
+                                            list(facts.blocked_modules)})
+    if bn_off >= 0.05:  # a cause outside the vocabulary: support for "unknown"
+        out["unknown"] = (bn_off, {"batchnorm_output_std": facts.batchnorm_output_std,
+                                   "threshold": cfg.batchnorm_std_high,
+                                   "reading": "BatchNorm layers do not normalise: the model "
+                                              "may be in eval() mode while it trains"})
+    # Evidence of a bug in the script: the generic causes below lose what it explains.
+    bug = max(piled, targets, symmetric, blocked, bn_off)
 
     if failure_type in ("exploding_gradients", "loss_divergence"):
         # A jump of the learning rate right before the blow-up is the strongest sign; a
@@ -440,4 +610,18 @@ def score_causes(failure_type: str, *, onset: int, first_step: int, facts: RunFa
             put("missing_gradient_clipping", 0.8 * spikes,
                 {"grad_clip": None, "recurrent": True,
                  "grad_spikiness": extra.get("grad_spikiness")})
-    return out
+        # Labels unrelated to the inputs: the loss sits at chance while the weights move as
+        # much as in healthy training and no other cause has evidence.
+        # Gradient spikes belong to an unstable run (a recurrent net without clipping), not
+        # to labels that carry no signal: a shuffled dataset gives a flat, noisy gradient.
+        moved = logistic_support(ur, cfg.data_update_ratio, decades=0.5)
+        others = max([sup for c, (sup, _) in out.items() if c != "unknown"] + [0.0])
+        spiky = logistic_support(float(extra.get("grad_spikiness", math.nan)), cfg.grad_spike)
+        put("data_problem", 0.75 * moved * (1.0 - others) * (1.0 - spiky),
+            {"update_ratio": ur, "threshold": cfg.data_update_ratio,
+             "other_cause_support": others, "grad_spikiness": extra.get("grad_spikiness")})
+    for cause in list(out):
+        if cause not in _BUGS and cause != "unknown":
+            sup, ev = out[cause]
+            out[cause] = (sup * (1.0 - bug), ev)
+    return {c: v for c, v in out.items() if v[0] >= 0.05}

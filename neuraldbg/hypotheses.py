@@ -26,10 +26,19 @@ Each hypothesis pairs a symptom with one cause::
     confidence = P(symptom) x (1 - 0.4 x (1 - support(cause) / support(best cause)))
 
 over the candidate causes plus "unknown" (whose support is the chance that no candidate
-holds, ``prod(1 - support)``). The best-supported cause carries the symptom's probability,
-so an ambiguous cause never makes a clear failure look healthy; weaker alternatives follow
-in the order of their support, down to 0.6 x P(symptom). No constant lets a cause outrank a
-symptom with stronger evidence.
+holds, ``prod(1 - support)``, or the support a rule gives a cause outside the vocabulary).
+The best-supported cause carries the symptom's probability, so an ambiguous cause never
+makes a clear failure look healthy; weaker alternatives follow in the order of their
+support, down to 0.6 x P(symptom). No constant lets a cause outrank a symptom with stronger
+evidence.
+
+An honest "unknown" (:func:`rank_causes`): causes are ordered by their support, never by
+the order they were listed in. When "unknown" is the best supported, or when the two best
+specific causes lie within ``ThresholdConfig.cause_tie_margin`` of each other (the evidence
+does not tell them apart), "unknown" carries the symptom and every specific cause is capped
+at ``ThresholdConfig.unsure_cap`` (< 0.5, the level at which the contract makes a cause a
+claim); ``metadata["cause_resolution"]`` says which (``"evidence"``, ``"unknown"`` or
+``"tie"``) and ``metadata["tied_causes"]`` names the tied causes.
 """
 
 from __future__ import annotations
@@ -47,7 +56,8 @@ from neuraldbg.records import Hypothesis
 from neuraldbg.states import StateTable
 from neuraldbg.symptoms import Symptom
 
-__all__ = ["RootCause", "resolve_overlaps", "generate_hypotheses", "rank_root_causes"]
+__all__ = ["RootCause", "resolve_overlaps", "generate_hypotheses", "rank_causes",
+           "rank_root_causes"]
 _MAX_PATH = 50
 _MAX_COUPLED = 10
 
@@ -193,11 +203,7 @@ def generate_hypotheses(symptoms: list[Symptom], comp: Compression, facts: RunFa
             continue
         causes = score_causes(sym.failure_type, onset=sym.origin_step, first_step=first_step,
                               facts=facts, cfg=cfg, extra=sym.extra)
-        unknown = float(np.prod([1.0 - s for s, _ in causes.values()])) if causes else 1.0
-        ranked = [(c, s, ev) for c, (s, ev) in causes.items()] + [("unknown", unknown, {})]
-        ranked.sort(key=lambda t: -t[1])
-        best = max(ranked[0][1], 1e-9)
-        kept = [r for r in ranked if r[1] >= 0.25 * best][:max_causes]
+        kept, resolution, tied = rank_causes(causes, cfg.cause_tie_margin, max_causes)
         prop = sym.propagation
         base_meta = {
             "propagation": (None if prop is None else
@@ -206,11 +212,16 @@ def generate_hypotheses(symptoms: list[Symptom], comp: Compression, facts: RunFa
             "coupled": _coupled_for(sym.origin_layer, comp),
             "evidence": sym.evidence,
             "cause_support": {c: s for c, (s, _) in causes.items()},
+            "cause_resolution": resolution,
+            "tied_causes": tied,
             "explained_by": sym.explained_by,
         }
-        for cause, support, cause_ev in kept:
-            share = support / best
+        best = max(kept[0][1], 1e-9)
+        for i, (cause, support, cause_ev) in enumerate(kept):
+            share = 1.0 if i == 0 else min(1.0, support / best)
             conf = p_sym * (1.0 - 0.4 * (1.0 - share))
+            if resolution != "evidence" and cause != "unknown":
+                conf = min(conf, cfg.unsure_cap)
             meta = {**base_meta, "cause_evidence": cause_ev, "confidence_terms": {
                 "strength": sym.strength, "consistency": sym.consistency,
                 "impact": sym.impact, "discount": sym.discount,
@@ -219,6 +230,53 @@ def generate_hypotheses(symptoms: list[Symptom], comp: Compression, facts: RunFa
                                   float(round(conf, 6)), _clean(meta)))
     out.sort(key=lambda h: (-h.confidence, h.origin_step))
     return out
+
+
+def rank_causes(causes: dict[str, tuple[float, dict[str, Any]]], tie_margin: float,
+                 max_causes: int) -> tuple[list[tuple[str, float, dict[str, Any]]], str,
+                                           list[str]]:
+    """Order the candidate causes of one symptom, the one that carries it first.
+
+    ``unknown`` competes with its support: the chance that no candidate holds,
+    ``prod(1 - support)``, or the support :func:`~neuraldbg.causes.score_causes` gives it
+    for a cause outside the vocabulary, whichever is larger. Causes are ordered by support,
+    never by the order they were listed in: when the best two specific causes lie within
+    ``tie_margin`` of each other (and above ``unknown``) the evidence does not tell them
+    apart, so ``unknown`` carries the symptom and the tie is reported.
+
+    Returns
+    -------
+    kept : list of (cause, support, evidence)
+        At most ``max_causes``, the carrier first, then by support down to a quarter of the
+        best.
+    resolution : {"evidence", "unknown", "tie"}
+        What decided the carrier: a specific cause best supported, ``unknown`` best
+        supported, or a tie between specific causes.
+    tied : list of str
+        The tied causes (empty unless ``resolution == "tie"``).
+    """
+    causes = dict(causes)
+    own_unknown, unknown_ev = causes.pop("unknown", (0.0, {}))
+    specific = sorted(((c, s, ev) for c, (s, ev) in causes.items()),
+                      key=lambda t: (-t[1], t[0]))
+    unknown = max(float(np.prod([1.0 - s for _, s, _ in specific])), own_unknown)
+    tied: list[str] = []
+    if specific and specific[0][1] > unknown:
+        top = specific[0][1]
+        tied = [c for c, s, _ in specific if top - s < tie_margin]
+        resolution = "tie" if len(tied) > 1 else "evidence"
+    else:
+        resolution = "unknown"
+    if resolution != "tie":
+        tied = []
+    entry = ("unknown", unknown, unknown_ev)
+    if resolution == "evidence":
+        ranked = specific[:1] + sorted(specific[1:] + [entry], key=lambda t: (-t[1], t[0]))
+    else:
+        ranked = [entry] + specific
+    best = max(max(r[1] for r in ranked), 1e-9)
+    head, rest = ranked[0], [r for r in ranked[1:] if r[1] >= 0.25 * best]
+    return [head, *rest][:max_causes], resolution, tied
 
 
 def rank_root_causes(hypotheses: list[Hypothesis]) -> list[RootCause]:

@@ -191,6 +191,36 @@ class ThresholdConfig:
         targets sit three orders of magnitude off the outputs (a regression target left in
         dollars). A squared-error loss starts near E[y^2] when the outputs are small, so the
         ratio reads the target scale; cross-entropy starts near log(classes), under 10.
+    row_diversity_low : float, default=1e-3
+        A weight matrix whose rows differ by less than this (mean std across rows over the
+        matrix's rms; :mod:`neuraldbg.weight_diversity`) at enter and still at the latest
+        flush has units that are copies of each other: a constant or identical init. A random
+        init measures ~1 and rows filled with one constant exactly 0 (a float32 spread of
+        identical values stays ~1e-7); 1e-3 leaves room for both. A zero-initialised head is
+        symmetric at enter but not after training, so it never counts.
+    grad_accumulation_growth : float, default=10.0
+        Parameter-gradient norm / output-gradient norm of a layer growing this much from the
+        first tenth of the run to the last one: the parameter gradient holds the steps before
+        (gradients never reset). Without accumulation the ratio follows the layer's input
+        scale, which moves a few-fold in training (measured 1-3x on the zoo's healthy runs);
+        a running sum over 100 steps grows it ~100x.
+    batchnorm_std_high : float, default=5.0
+        BatchNorm outputs with a std this many times away from 1 at the first step do not
+        normalise (train-mode BatchNorm gives ~1 per channel at init): the layers run on their
+        initial running statistics, a model left in ``eval()``.
+    data_update_ratio : float, default=1e-3
+        A stalled run whose weights still move by this share of their norm per step (the
+        healthy ~1e-3, Karpathy's rule of thumb) stalls for want of signal in the data, not
+        for a small learning rate (labels unrelated to the inputs, when no other cause has
+        evidence).
+    cause_tie_margin : float, default=0.05
+        Two causes of one symptom whose supports differ by less than this are not told
+        apart by the evidence: neither is named with confidence >= 0.5 (``unsure_cap``) and
+        the symptom is carried by ``unknown``, with the tie in the metadata.
+    unsure_cap : float, default=0.45
+        Confidence cap of a specific cause the evidence does not single out (a tie, or
+        ``unknown`` better supported): below the contract's 0.5, where a claim is one a
+        user acts on.
     default_gain : float, default=0.577
         Gain assumed for the first layer when no other layer measures one (PyTorch default
         init: weights U(+-1/sqrt(fan_in)) give rms(out)/rms(in) = 1/sqrt(3)).
@@ -242,6 +272,12 @@ class ThresholdConfig:
     grad_sum_monotone: float = 0.9
     grad_sum_steps: int = 30
     loss_scale_ratio: float = 1e3
+    row_diversity_low: float = 1e-3
+    grad_accumulation_growth: float = 10.0
+    batchnorm_std_high: float = 5.0
+    data_update_ratio: float = 1e-3
+    cause_tie_margin: float = 0.05
+    unsure_cap: float = 0.45
     window: int = 5
 
     def __post_init__(self) -> None:

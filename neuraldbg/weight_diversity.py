@@ -1,0 +1,104 @@
+"""Weight-row diversity: are a layer's units still copies of each other?
+
+A network whose weights start constant (``p.fill_(0.01)``) or with identical rows computes
+the same value in every unit of a layer, receives the same gradient for each and so keeps
+them identical for the whole run: the layer has the capacity of one unit (symmetric
+initialisation; Goodfellow et al., *Deep Learning*, 2016, section 8.4). No activation or
+gradient norm shows it, so the capture measures it directly, cheaply: for every weight
+matrix (``ndim >= 2``, more than one row) of a monitored module, ::
+
+    diversity = mean over columns of std over rows / rms of the matrix
+
+0 when every row is the same, ~1 for a random initialisation. It is computed on the device
+when the capture is entered (before any update) and at each flush (the capture's existing
+host synchronisation, where the values of enter are brought over too), never on the
+training path. The trace keeps the values at enter, at the first few flushes and at the
+latest one, in ``trace.meta["weight_diversity"]``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+__all__ = ["WeightDiversity", "row_diversity"]
+
+#: Flushes kept besides the enter value and the latest flush (a long run's meta stays small).
+_FIRST_POINTS = 3
+_TINY = 1e-30
+
+
+def row_diversity(weight: torch.Tensor) -> torch.Tensor:
+    """Mean over columns of the std over rows, over the rms: a 0-d tensor on the device.
+
+    Parameters
+    ----------
+    weight : torch.Tensor
+        A matrix or kernel ``(rows, ...)`` with at least two rows.
+    """
+    w = weight.detach().reshape(weight.shape[0], -1).float()
+    spread = w.std(dim=0, unbiased=False).mean()
+    return spread / w.square().mean().sqrt().clamp_min(_TINY)
+
+
+class WeightDiversity:
+    """Row diversity of each monitored module's weight matrices over the run.
+
+    A module with several matrices (a GRU's input and recurrent weights) reports the
+    smallest: one symmetric matrix is enough to keep its units copies.
+
+    Parameters
+    ----------
+    leaves : list of (str, torch.nn.Module)
+        The monitored modules, in table order.
+    """
+
+    def __init__(self, leaves: list[tuple[str, nn.Module]]) -> None:
+        self._names: list[str] = []
+        self._matrices: list[list[torch.Tensor]] = []
+        for name, mod in leaves:
+            mats = [p for p in mod.parameters(recurse=False) if p.ndim >= 2 and p.shape[0] > 1]
+            if mats:
+                self._names.append(name)
+                self._matrices.append(mats)
+        self._pending: list[tuple[int, torch.Tensor]] = []
+        self._points: list[tuple[int, list[float]]] = []
+        self._last: tuple[int, list[float]] | None = None
+
+    def _measure(self) -> torch.Tensor | None:
+        if not self._names:
+            return None
+        with torch.no_grad():
+            return torch.stack([torch.stack([row_diversity(m) for m in mats]).min()
+                                for mats in self._matrices])
+
+    def snapshot(self, step: int) -> None:
+        """Measure now on the device; the values reach the host at the next :meth:`flush`."""
+        values = self._measure()
+        if values is not None:
+            self._pending.append((int(step), values))
+
+    def flush(self, step: int) -> None:
+        """Bring pending values to the host and measure the weights at ``step``."""
+        if not self._names:
+            return
+        now = self._measure()
+        assert now is not None
+        for s, values in [*self._pending, (int(step), now)]:
+            point = (s, [float(v) for v in values.cpu().tolist()])
+            if len(self._points) < _FIRST_POINTS + 1 and all(p[0] != s for p in self._points):
+                self._points.append(point)
+            self._last = point
+        self._pending.clear()
+
+    def to_dict(self) -> dict[str, Any] | None:
+        """``{"steps": [...], "modules": {name: [diversity per step]}}``, or None."""
+        points = list(self._points)
+        if self._last is not None and all(p[0] != self._last[0] for p in points):
+            points.append(self._last)
+        if not points:
+            return None
+        return {"steps": [p[0] for p in points],
+                "modules": {n: [p[1][i] for p in points] for i, n in enumerate(self._names)}}
