@@ -37,6 +37,8 @@ __all__ = ["support_summary", "prior_sensitivity", "main"]
 _ROOT = Path(__file__).resolve().parent.parent
 #: Pseudo-counts per column standing for "no prior" (zero would leave unseen columns empty).
 _NO_PRIOR = 0.01
+#: Light pseudo-counts per column: the rules' shape, outweighed by a few runs of data.
+_LIGHT = 2.0
 #: Floor of a held-out probability in the log-likelihood (an unseen outcome is not -inf).
 _FLOOR = 1e-6
 
@@ -111,7 +113,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                                  manifest_only=True)
         default = ProbabilisticReasoner().prior_strength
         out["prior_sensitivity"] = prior_sensitivity(
-            traces, {"rule priors": default, "no prior": _NO_PRIOR})
+            traces, {"rule priors (default)": default, "light rule priors": _LIGHT,
+                     "no prior": _NO_PRIOR})
         console.print_json(json.dumps(out["prior_sensitivity"]))
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=1))
