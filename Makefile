@@ -1,25 +1,34 @@
 # Fresh machine: `make test` and `make bench` create .venv, install the pinned
-# dependencies (constraints.txt pins torch==2.13.0, the CPU wheel) and run.
+# dependencies (constraints.txt pins torch==2.13.0, the CPU wheel) and run. `make bench`
+# and `make paper` need only the base dependencies; `make test` (and `make venv`) add the
+# extras the tests exercise (pytest, Lightning, transformers, TensorBoard). --no-compile:
+# pip would byte-compile every installed module (about 80 s of CPU for torch and the base
+# dependencies alone); Python compiles the few it imports on first use instead.
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+TEST_STAMP := $(VENV)/.installed-test
+PIP := $(BIN)/python -m pip install --quiet --no-compile -c constraints.txt
 SUITE ?= default
 # parallel workers of `make bench` (empty: one per core); the numbers do not depend on it
 WORKERS ?=
 
 .PHONY: venv test bench paper overhead lint clean
 
-venv: $(STAMP)
+venv: $(TEST_STAMP)
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade "pip>=24"
-	$(BIN)/python -m pip install --quiet -c constraints.txt torch==2.13.0
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[dev,lightning,transformers,tensorboard]"
+	$(BIN)/python -m pip install --quiet --no-compile --upgrade "pip>=24"
+	$(PIP) torch==2.13.0 -e .
 	touch $(STAMP)
 
-test: $(STAMP)
+$(TEST_STAMP): $(STAMP)
+	$(PIP) -e ".[dev,lightning,transformers,tensorboard]"
+	touch $(TEST_STAMP)
+
+test: $(TEST_STAMP)
 	$(BIN)/python -m pytest -q
 
 # the default suite's run ends by regenerating papers/report.md, so report and paper agree
