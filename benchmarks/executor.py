@@ -22,6 +22,7 @@ import os
 import shutil
 import sys
 import tempfile
+import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
@@ -57,43 +58,59 @@ _HEARTBEAT_S = 30.0
 
 class _LineProgress:
     """Progress for a log file or CI (output not a terminal): one line when a batch starts,
-    then a line every 10% of its tasks or every 30 s, whichever comes first, and at the end."""
+    then a line every 10% of its tasks, at the end, and a heartbeat line every 30 s while no
+    task finishes (from a background thread, so a long task run in the calling process, as
+    with one worker, is not silent either)."""
 
-    def __init__(self, every_s: float = _HEARTBEAT_S) -> None:
-        self.every_s = every_s
+    def __init__(self, every_s: float | None = None) -> None:
+        self.every_s = _HEARTBEAT_S if every_s is None else every_s
         self._tasks: dict[int, dict[str, Any]] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, daemon=True)
 
     def __enter__(self) -> _LineProgress:
+        self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        return None
+        self._stop.set()
+        self._thread.join()
+
+    def _beat(self) -> None:
+        while not self._stop.wait(min(self.every_s, 1.0)):
+            for job in list(self._tasks):
+                self.heartbeat(job)
 
     def add_task(self, description: str, total: int) -> int:
-        job = len(self._tasks)
-        self._tasks[job] = {"description": description, "total": total, "done": 0,
-                            "t0": time.monotonic(), "last": time.monotonic(), "shown": 0}
-        print(f"{description}: {total} tasks", flush=True)
+        with self._lock:
+            job = len(self._tasks)
+            self._tasks[job] = {"description": description, "total": total, "done": 0,
+                                "t0": time.monotonic(), "last": time.monotonic(), "shown": 0}
+            print(f"{description}: {total} tasks", flush=True)
         return job
 
     def advance(self, job: int) -> None:
-        t = self._tasks[job]
-        t["done"] += 1
-        now = time.monotonic()
-        step = max(1, t["total"] // 10)
-        if (t["done"] == t["total"] or t["done"] - t["shown"] >= step
-                or now - t["last"] >= self.every_s):
-            print(f"{t['description']}: {t['done']}/{t['total']} done, "
-                  f"{now - t['t0']:.0f} s", flush=True)
-            t["last"], t["shown"] = now, t["done"]
+        with self._lock:
+            t = self._tasks[job]
+            t["done"] += 1
+            now = time.monotonic()
+            step = max(1, t["total"] // 10)
+            if (t["done"] == t["total"] or t["done"] - t["shown"] >= step
+                    or now - t["last"] >= self.every_s):
+                print(f"{t['description']}: {t['done']}/{t['total']} done, "
+                      f"{now - t['t0']:.0f} s", flush=True)
+                t["last"], t["shown"] = now, t["done"]
 
     def heartbeat(self, job: int) -> None:
-        """A line while no task finishes (long tasks are running)."""
-        t = self._tasks[job]
-        now = time.monotonic()
-        print(f"{t['description']}: {t['done']}/{t['total']} done, {now - t['t0']:.0f} s "
-              "(tasks running)", flush=True)
-        t["last"] = now
+        """A line when nothing was printed for ``every_s`` seconds (long tasks running)."""
+        with self._lock:
+            t = self._tasks[job]
+            now = time.monotonic()
+            if t["done"] < t["total"] and now - t["last"] >= self.every_s:
+                print(f"{t['description']}: {t['done']}/{t['total']} done, "
+                      f"{now - t['t0']:.0f} s (tasks running)", flush=True)
+                t["last"] = now
 
 
 def _progress(show: bool) -> Any:
@@ -183,14 +200,12 @@ class LocalExecutor(Executor):
                 futures = {pool.submit(_call, fn, kwargs): i for i, (fn, kwargs) in
                            enumerate(tasks)}
                 pending = set(futures)
-                while pending:  # a heartbeat while long tasks (model fits) run
+                while pending:
                     done, pending = wait(pending, timeout=_HEARTBEAT_S,
                                          return_when=FIRST_COMPLETED)
                     for fut in done:
                         results[futures[fut]] = fut.result()
                         bar.advance(job)
-                    if not done and hasattr(bar, "heartbeat"):
-                        bar.heartbeat(job)
         return results
 
 
@@ -267,8 +282,6 @@ class RayExecutor(Executor):
                     _land(out["files"], base)
                     results[index[ref]] = out["result"]
                     bar.advance(job)
-                if not done and hasattr(bar, "heartbeat"):
-                    bar.heartbeat(job)
         return results
 
     def _inputs(self, kwargs: dict[str, Any], base: str | None) -> dict[str, Any]:

@@ -369,7 +369,7 @@ def _knob_effects_finding(rows: list[dict[str, Any]], tol: RefuterTolerance) -> 
     agree = [r for r in rows if _inside(r["dowhy"], r["rand_ci"])]
     refuted = [r["e"]["treatment"] for r in rows if _refuters(r["e"]["dowhy"], tol)[1] < 3]
     closer = [r for r in rows if abs(r["adjusted"] - r["rand"]) < abs(r["naive"] - r["rand"])]
-    sign = [r for r in rows if math.copysign(1, r["net"]) == math.copysign(1, r["rand"])]
+    sign = [r for r in real if math.copysign(1, r["net"]) == math.copysign(1, r["rand"])]
     net_in = [r for r in rows if _inside(r["net"], r["rand_ci"])]
     off = [r for r in rows if r not in net_in]
     names = lambda rs: ", ".join(f"{r['e']['treatment']} ({r['rand']:+.2f})" for r in rs)  # noqa: E731
@@ -382,13 +382,53 @@ def _knob_effects_finding(rows: list[dict[str, Any]], tol: RefuterTolerance) -> 
                "pass for every treatment")
             + f". On the confounded subset, adjustment moves the estimate closer to the "
             f"randomised effect than the naive difference for {len(closer)} of {n}. The "
-            f"network's do() agrees with the re-runs in sign for {len(sign)} of {n} and lies "
-            f"inside their interval for {len(net_in)} of {n}")
+            f"network's do() has the sign of {len(sign)} of the {len(real)} effects the "
+            f"re-runs establish and lies inside the re-runs' interval for {len(net_in)} of {n}")
     if off:
         text += ("; it misses " + ", ".join(
             f"{r['e']['treatment']} (network {r['net']:+.2f}, re-runs {r['rand']:+.2f})"
             for r in off))
     return text + "."
+
+
+def outcome_family_tables(tables: dict[str, Any]) -> str:
+    """Per-family tables of the two headline metrics that come from re-runs: the repair rate
+    (the top suggested fix, re-run, trains healthily) and ``what_if``'s accuracy against the
+    re-runs (``p_failure >= 0.5`` agrees with the re-run's outcome), with the runs behind
+    each cell, in the format of :func:`benchmarks.report.per_family_table`."""
+    import pandas as pd
+
+    from benchmarks.metrics import THRESHOLD
+    from neuraldbg.records import HEALTHY
+
+    out = []
+    rec, reps = tables.get("records", pd.DataFrame()), tables.get("repairs", pd.DataFrame())
+    if not reps.empty and {"family", "label", "repaired"} <= set(reps.columns):
+        truth = rec.drop_duplicates("family").set_index("family")["true_failure"] \
+            if not rec.empty else pd.Series(dtype=str)
+        frame = reps.assign(true_failure=reps["family"].map(truth).fillna(""),
+                            repaired=reps["repaired"].astype(float))
+        table = R.per_family_table(frame, "repaired")
+        if table:
+            out += ["### Repair rate per family", "", table, ""]
+    cf = tables.get("counterfactuals", pd.DataFrame())
+    if not cf.empty and {"p_failure", "actual_failure", "split"} <= set(cf.columns):
+        cf = cf[cf["actual_failure"].notna() & cf["p_failure"].notna()]
+        cases = cf.drop_duplicates(["run", "knobs"]).assign(
+            failed=lambda d: d["actual_failure"].astype(bool)).groupby("family")["failed"]
+        truth = {f: f"{int(g.sum())} of {len(g)} re-runs fail" for f, g in cases}
+        frame = cf.assign(
+            label=[f"probabilistic[{s}]" for s in cf["split"]],
+            true_failure=cf["family"].map(truth),
+            whatif_correct=((cf["p_failure"].astype(float) >= THRESHOLD)
+                            == cf["actual_failure"].astype(bool)).astype(float))
+        table = R.per_family_table(frame, "whatif_correct")
+        if table:
+            out += ["### `what_if` accuracy against the re-runs per family", "",
+                    "The truth column gives how many of the family's re-runs (knob changes of "
+                    "its counterfactual-seed runs) still failed; the same re-runs score every "
+                    "split.", "", table, ""]
+    return "\n".join(out).replace("| family | truth |", "| family | truth / re-runs |")
 
 
 def _suite_description(metrics: dict[str, Any]) -> str:
@@ -454,7 +494,8 @@ def build(results: Path, out: Path, knob_effects: Path | None = None) -> Path:
         abstract_results=_abstract(metrics),
         suite_description=_suite_description(metrics),
         tables=R.markdown_tables(metrics),
-        per_family=R.per_family_tables(tables.get("records", pd.DataFrame())),
+        per_family=R.per_family_tables(tables.get("records", pd.DataFrame())) + "\n"
+        + outcome_family_tables(tables),
         findings="\n".join(_findings(metrics)),
         limitations="\n".join(_limitations(metrics)),
         ablation_threat=_ablation_threat(metrics),

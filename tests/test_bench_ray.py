@@ -162,3 +162,19 @@ def test_ray_without_a_shared_filesystem_scores_as_local(hidden_cluster, tmp_pat
     m_remote, m_local = harness.compute_metrics(remote), harness.compute_metrics(local)
     for key in ("methods", "counterfactual_validity", "mcnemar"):
         assert m_remote.get(key) == m_local.get(key), key
+
+
+def _nap(seconds: float) -> float:
+    time.sleep(seconds)
+    return seconds
+
+
+def test_progress_beats_while_a_long_task_runs_in_process(capsys, monkeypatch) -> None:  # noqa: ANN001
+    import benchmarks.executor as E
+
+    monkeypatch.setattr(E, "_HEARTBEAT_S", 0.2)
+    assert E.LocalExecutor(1, progress=True).map([(_nap, {"seconds": 1.0})],
+                                                 description="folds") == [1.0]
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0] == "folds: 1 tasks" and lines[-1].startswith("folds: 1/1 done")
+    assert 2 <= sum("(tasks running)" in line for line in lines) <= 6
