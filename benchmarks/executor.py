@@ -364,8 +364,10 @@ def _land(files: dict[str, dict[str, bytes]], base: str | None) -> None:
     """Write the runs a Ray task finished under the driver's ``base``."""
     from benchmarks.runs import unpack_run
 
+    if base is None:  # no root given: the task shipped nothing
+        return
     for rel, packed in files.items():
-        unpack_run(packed, Path(base or ".") / rel)
+        unpack_run(packed, Path(base) / rel)
 
 
 def make_executor(backend: Literal["local", "ray"] = "local", workers: int | None = None, *,
