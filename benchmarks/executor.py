@@ -3,19 +3,31 @@
 A task is a module-level function and a dict of JSON-compatible keyword arguments; its
 result is JSON-compatible too. That keeps the two backends interchangeable: local worker
 processes (``concurrent.futures``) and a Ray cluster, where a task may land on another host
-and must not depend on the caller's memory. Results come back in task order; a progress
-bar advances as tasks finish, in whatever order they finish.
+and must not depend on the caller's memory or disk. Results come back in task order; a
+progress bar advances as tasks finish, in whatever order they finish.
+
+Tasks name zoo runs by their path under a trace cache, the ``root`` given to
+:meth:`Executor.map`. Local workers share this machine's disk and read and write there. A Ray
+worker may be on a host that cannot see it, so :class:`RayExecutor` ships files instead: every
+finished run a task names goes to the worker as the bytes of its Parquet and JSON files (put
+in Ray's object store once per run), is rebuilt in a private temporary directory there, and
+the task's paths are rewritten to point at it; every run the task finishes there comes back
+the same way and is written under ``root`` on the driver. No shared filesystem is needed.
 """
 
 from __future__ import annotations
 
 import multiprocessing
 import os
+import shutil
 import sys
+import tempfile
+import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from pathlib import Path
 from typing import Any, Literal
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -46,43 +58,59 @@ _HEARTBEAT_S = 30.0
 
 class _LineProgress:
     """Progress for a log file or CI (output not a terminal): one line when a batch starts,
-    then a line every 10% of its tasks or every 30 s, whichever comes first, and at the end."""
+    then a line every 10% of its tasks, at the end, and a heartbeat line every 30 s while no
+    task finishes (from a background thread, so a long task run in the calling process, as
+    with one worker, is not silent either)."""
 
-    def __init__(self, every_s: float = _HEARTBEAT_S) -> None:
-        self.every_s = every_s
+    def __init__(self, every_s: float | None = None) -> None:
+        self.every_s = _HEARTBEAT_S if every_s is None else every_s
         self._tasks: dict[int, dict[str, Any]] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, daemon=True)
 
     def __enter__(self) -> _LineProgress:
+        self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        return None
+        self._stop.set()
+        self._thread.join()
+
+    def _beat(self) -> None:
+        while not self._stop.wait(min(self.every_s, 1.0)):
+            for job in list(self._tasks):
+                self.heartbeat(job)
 
     def add_task(self, description: str, total: int) -> int:
-        job = len(self._tasks)
-        self._tasks[job] = {"description": description, "total": total, "done": 0,
-                            "t0": time.monotonic(), "last": time.monotonic(), "shown": 0}
-        print(f"{description}: {total} tasks", flush=True)
+        with self._lock:
+            job = len(self._tasks)
+            self._tasks[job] = {"description": description, "total": total, "done": 0,
+                                "t0": time.monotonic(), "last": time.monotonic(), "shown": 0}
+            print(f"{description}: {total} tasks", flush=True)
         return job
 
     def advance(self, job: int) -> None:
-        t = self._tasks[job]
-        t["done"] += 1
-        now = time.monotonic()
-        step = max(1, t["total"] // 10)
-        if (t["done"] == t["total"] or t["done"] - t["shown"] >= step
-                or now - t["last"] >= self.every_s):
-            print(f"{t['description']}: {t['done']}/{t['total']} done, "
-                  f"{now - t['t0']:.0f} s", flush=True)
-            t["last"], t["shown"] = now, t["done"]
+        with self._lock:
+            t = self._tasks[job]
+            t["done"] += 1
+            now = time.monotonic()
+            step = max(1, t["total"] // 10)
+            if (t["done"] == t["total"] or t["done"] - t["shown"] >= step
+                    or now - t["last"] >= self.every_s):
+                print(f"{t['description']}: {t['done']}/{t['total']} done, "
+                      f"{now - t['t0']:.0f} s", flush=True)
+                t["last"], t["shown"] = now, t["done"]
 
     def heartbeat(self, job: int) -> None:
-        """A line while no task finishes (long tasks are running)."""
-        t = self._tasks[job]
-        now = time.monotonic()
-        print(f"{t['description']}: {t['done']}/{t['total']} done, {now - t['t0']:.0f} s "
-              "(tasks running)", flush=True)
-        t["last"] = now
+        """A line when nothing was printed for ``every_s`` seconds (long tasks running)."""
+        with self._lock:
+            t = self._tasks[job]
+            now = time.monotonic()
+            if t["done"] < t["total"] and now - t["last"] >= self.every_s:
+                print(f"{t['description']}: {t['done']}/{t['total']} done, "
+                      f"{now - t['t0']:.0f} s (tasks running)", flush=True)
+                t["last"] = now
 
 
 def _progress(show: bool) -> Any:
@@ -119,8 +147,20 @@ class Executor(ABC):
         self.progress = progress
 
     @abstractmethod
-    def map(self, tasks: Sequence[Task], *, description: str = "tasks") -> list[Any]:
-        """Run ``fn(**kwargs)`` for every ``(fn, kwargs)`` in ``tasks``; results in task order."""
+    def map(self, tasks: Sequence[Task], *, description: str = "tasks",
+            root: str | os.PathLike[str] | None = None) -> list[Any]:
+        """Run ``fn(**kwargs)`` for every ``(fn, kwargs)`` in ``tasks``; results in task order.
+
+        Parameters
+        ----------
+        tasks : sequence of (callable, dict)
+        description : str
+            Label of the progress lines.
+        root : path, optional
+            The trace cache the tasks' run paths lie under. A backend whose workers may not
+            see this machine's disk (Ray) ships the finished runs a task names there and the
+            runs it writes there (see the module docstring); local workers ignore it.
+        """
 
     def close(self) -> None:
         """Release the backend's resources (no-op for local processes)."""
@@ -142,7 +182,8 @@ class LocalExecutor(Executor):
 
     name = "local"
 
-    def map(self, tasks: Sequence[Task], *, description: str = "tasks") -> list[Any]:
+    def map(self, tasks: Sequence[Task], *, description: str = "tasks",
+            root: str | os.PathLike[str] | None = None) -> list[Any]:
         results: list[Any] = [None] * len(tasks)
         if not tasks:
             return results
@@ -159,14 +200,12 @@ class LocalExecutor(Executor):
                 futures = {pool.submit(_call, fn, kwargs): i for i, (fn, kwargs) in
                            enumerate(tasks)}
                 pending = set(futures)
-                while pending:  # a heartbeat while long tasks (model fits) run
+                while pending:
                     done, pending = wait(pending, timeout=_HEARTBEAT_S,
                                          return_when=FIRST_COMPLETED)
                     for fut in done:
                         results[futures[fut]] = fut.result()
                         bar.advance(job)
-                    if not done and hasattr(bar, "heartbeat"):
-                        bar.heartbeat(job)
         return results
 
 
@@ -174,10 +213,10 @@ class RayExecutor(Executor):
     """Tasks as Ray remote functions: a local Ray instance, or a cluster given by ``address``.
 
     Ray is an optional extra (``pip install -c constraints.txt '.[ray]'``). Each task asks
-    for one CPU, so Ray schedules as many at once as the cluster has cores. Task arguments
-    and results travel as Ray objects; the zoo traces themselves are written to and read
-    from the results directory, so on a multi-host cluster that directory must be on a
-    filesystem every node mounts at the same path (see the README, "Scaling out").
+    for one CPU, so Ray schedules as many at once as the cluster has cores. Task arguments,
+    results and the zoo traces under ``root`` all travel through Ray (the traces as the bytes
+    of their Parquet and JSON files), so the cluster's hosts need no shared filesystem; only
+    the driver writes to its results directory (see the README, "Scaling out").
 
     Parameters
     ----------
@@ -221,13 +260,17 @@ class RayExecutor(Executor):
         if address is not None:  # the cluster's cores, for the harness's task split
             self.workers = max(1, int(ray.cluster_resources().get("CPU", self.workers)))
         self._remote = ray.remote(num_cpus=1)(_ray_call)
+        self._shipped: dict[str, Any] = {}  # relative run path -> ObjectRef of its files
 
-    def map(self, tasks: Sequence[Task], *, description: str = "tasks") -> list[Any]:
+    def map(self, tasks: Sequence[Task], *, description: str = "tasks",
+            root: str | os.PathLike[str] | None = None) -> list[Any]:
         ray = self._ray
         results: list[Any] = [None] * len(tasks)
         if not tasks:
             return results
-        refs = [self._remote.remote(fn, kwargs) for fn, kwargs in tasks]
+        base = str(Path(root).resolve()) if root is not None else None
+        refs = [self._remote.remote(fn, kwargs, base, self._inputs(kwargs, base))
+                for fn, kwargs in tasks]
         index = {ref: i for i, ref in enumerate(refs)}
         pending = list(refs)
         with _progress(self.progress) as bar:
@@ -235,21 +278,96 @@ class RayExecutor(Executor):
             while pending:
                 done, pending = ray.wait(pending, num_returns=1, timeout=_HEARTBEAT_S)
                 for ref in done:
-                    results[index[ref]] = ray.get(ref)
+                    out = ray.get(ref)
+                    _land(out["files"], base)
+                    results[index[ref]] = out["result"]
                     bar.advance(job)
-                if not done and hasattr(bar, "heartbeat"):
-                    bar.heartbeat(job)
         return results
 
+    def _inputs(self, kwargs: dict[str, Any], base: str | None) -> dict[str, Any]:
+        """Object refs of the finished runs under ``base`` that ``kwargs`` names, by relative
+        path; each run is packed and put in the object store once per executor."""
+        from benchmarks.runs import is_finished, pack_run
+
+        if base is None:
+            return {}
+        out = {}
+        for path in sorted(_paths_under(kwargs, base)):
+            rel = Path(path).relative_to(base).as_posix()
+            if rel not in self._shipped and is_finished(path):
+                self._shipped[rel] = self._ray.put(pack_run(path))
+            if rel in self._shipped:
+                out[rel] = self._shipped[rel]
+        return out
+
     def close(self) -> None:
+        self._shipped.clear()
         if self._started and self._ray.is_initialized():
             self._ray.shutdown()
             self._started = False
 
 
-def _ray_call(fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
+def _ray_call(fn: Callable[..., Any], kwargs: dict[str, Any], base: str | None,
+              inputs: dict[str, Any]) -> dict[str, Any]:
+    """A task on a Ray worker, in a private copy of the runs it names (see the module doc).
+
+    Returns ``{"result": ..., "files": {relative run path: packed files}}``: the task's
+    result with the private directory's paths turned back into the driver's, and every run
+    the task finished there.
+    """
     _init_worker()
-    return fn(**kwargs)
+    if base is None:
+        return {"result": fn(**kwargs), "files": {}}
+    import ray
+
+    from benchmarks.runs import finished_runs, pack_run, unpack_run
+
+    local = Path(tempfile.mkdtemp(prefix="neuraldbg-runs-"))
+    try:
+        for rel, files in zip(inputs, ray.get(list(inputs.values())), strict=True):
+            unpack_run(files, local / rel)
+        result = fn(**_swap(kwargs, base, str(local)))
+        made = {p.relative_to(local).as_posix(): p for p in finished_runs(local)}
+        files = {rel: pack_run(p) for rel, p in made.items() if rel not in inputs}
+        return {"result": _swap(result, str(local), base), "files": files}
+    finally:
+        shutil.rmtree(local, ignore_errors=True)
+
+
+def _paths_under(obj: Any, base: str) -> set[str]:
+    """Strings in ``obj`` (dict keys and values, lists, tuples) naming a path under ``base``."""
+    if isinstance(obj, str):
+        return {obj} if obj.startswith(base + os.sep) else set()
+    if isinstance(obj, dict):
+        return set().union(*(_paths_under(k, base) | _paths_under(v, base)
+                             for k, v in obj.items()))
+    if isinstance(obj, (list, tuple)):
+        return set().union(*(_paths_under(v, base) for v in obj))
+    return set()
+
+
+def _swap(obj: Any, old: str, new: str) -> Any:
+    """``obj`` with the directory prefix ``old`` replaced by ``new`` in every string (also
+    inside JSON strings such as a fold's list of fitting runs)."""
+    if isinstance(obj, str):
+        return obj.replace(old, new)
+    if isinstance(obj, dict):
+        return {_swap(k, old, new): _swap(v, old, new) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_swap(v, old, new) for v in obj]
+    if isinstance(obj, tuple):
+        return tuple(_swap(v, old, new) for v in obj)
+    return obj
+
+
+def _land(files: dict[str, dict[str, bytes]], base: str | None) -> None:
+    """Write the runs a Ray task finished under the driver's ``base``."""
+    from benchmarks.runs import unpack_run
+
+    if base is None:  # no root given: the task shipped nothing
+        return
+    for rel, packed in files.items():
+        unpack_run(packed, Path(base) / rel)
 
 
 def make_executor(backend: Literal["local", "ray"] = "local", workers: int | None = None, *,

@@ -12,7 +12,9 @@ Stages (each a batch of executor tasks, so they run in parallel locally or on Ra
 3. repair: each failing scored run re-run with each method's top suggested fix.
 
 Every method goes through ``explain(trace) -> list[Hypothesis]``; per-run records are
-collected into pandas DataFrames, written as Parquet next to ``metrics.json``.
+collected into pandas DataFrames, written as Parquet next to ``metrics.json``. Tasks name runs
+by their path in the trace cache (``run_dir``), which every ``executor.map`` call passes as
+``root``: a Ray executor ships those runs to and from its workers (no shared filesystem).
 """
 
 from __future__ import annotations
@@ -265,10 +267,11 @@ def task_judge(paths: list[str]) -> list[dict[str, Any]]:
 
 
 def _ensure_runs(specs: list[RunSpec], paths: list[Path], executor: Executor, every: int,
-                 description: str) -> None:
+                 description: str, root: Path) -> None:
     todo = [(execute_run, {"spec": s.to_dict(), "path": str(p), "every": every})
             for s, p in zip(specs, paths, strict=True) if not is_finished(p)]
-    executor.map(todo, description=f"{description} ({len(specs) - len(todo)} reused)")
+    executor.map(todo, description=f"{description} ({len(specs) - len(todo)} reused)",
+                 root=root)
 
 
 # ---------------------------------------------------------------------------- the run
@@ -374,7 +377,7 @@ def run_benchmark(suite: Suite, out: str | Path, *, executor: Executor | None = 
                 for item in f.expected_outcomes():
                     specs.append((RunSpec(f.name, None, seed, dict(item["knobs"])), "fit"))
     paths = [run_path(run_dir, s, fp) for s, _ in specs]
-    _ensure_runs([s for s, _ in specs], paths, executor, suite.every, "zoo runs")
+    _ensure_runs([s for s, _ in specs], paths, executor, suite.every, "zoo runs", run_dir)
     runs = pd.DataFrame([{**s.to_dict(), "knobs": _json(s.knobs), "role": role, "path": str(p),
                           "finished": is_finished(p)} for (s, role), p in zip(specs, paths,
                                                                             strict=True)])
@@ -420,7 +423,8 @@ def run_benchmark(suite: Suite, out: str | Path, *, executor: Executor | None = 
     if unfitted:
         tasks += [(task_diagnose, {"path": p, "methods": unfitted, "latency": suite.latency})
                   for p in score["path"]]
-    results = executor.map(tasks, description="diagnosis + counterfactual re-runs")
+    results = executor.map(tasks, description="diagnosis + counterfactual re-runs",
+                           root=run_dir)
     records: list[dict[str, Any]] = []
     whatif: list[dict[str, Any]] = []
     fold_rows: list[dict[str, Any]] = []
@@ -457,14 +461,14 @@ def run_benchmark(suite: Suite, out: str | Path, *, executor: Executor | None = 
                 row["rerun"] = p
             rep_rows.append(row)
     executor.map([(task_rerun, {"spec": s.to_dict(), "path": p, "every": suite.every})
-                  for p, s in rep_specs.items()], description="repair re-runs")
+                  for p, s in rep_specs.items()], description="repair re-runs", root=run_dir)
 
     # 4. judge every re-run with the zoo's judge, one task per family ----------
     by_family: dict[str, list[str]] = {}
     for p, s in {**cf_specs, **rep_specs}.items():
         by_family.setdefault(s.family, []).append(p)
     judged = executor.map([(task_judge, {"paths": ps}) for ps in by_family.values()],
-                          description="judging re-runs")
+                          description="judging re-runs", root=run_dir)
     outcome = {o["path"]: o for group in judged for o in group}
 
     cf_rows = []

@@ -22,7 +22,7 @@ from experiments.runner import zoo_fingerprint
 from neuraldbg.trace import Trace, load_trace
 
 __all__ = ["RunSpec", "zoo_fingerprint", "run_path", "is_finished", "execute_run",
-           "run_outcome", "truncate_trace"]
+           "run_outcome", "truncate_trace", "finished_runs", "pack_run", "unpack_run"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +98,63 @@ def execute_run(spec: dict[str, Any], path: str, every: int = 1) -> str:
         shutil.rmtree(out)
     tmp.rename(out)
     return str(out)
+
+
+def finished_runs(root: str | Path) -> list[Path]:
+    """Every finished trace directory under ``root`` (sorted), as :func:`execute_run` leaves
+    them; half-written ``.tmp`` directories are not finished and not listed."""
+    return sorted(p.parent for p in Path(root).rglob("DONE") if is_finished(p.parent))
+
+
+def pack_run(path: str | Path) -> dict[str, bytes]:
+    """The files of a finished trace directory as bytes, keyed by their relative POSIX path.
+
+    The trace travels as its own Parquet and JSON files (never a pickled object), so a Ray
+    worker on another host can rebuild the directory byte for byte with :func:`unpack_run`.
+
+    Raises
+    ------
+    FileNotFoundError
+        If ``path`` is not a finished trace (no ``meta.json`` and ``DONE``).
+    """
+    path = Path(path)
+    if not is_finished(path):
+        raise FileNotFoundError(f"{path} is not a finished trace (meta.json and DONE missing); "
+                                "only a complete run can be shipped to another host.")
+    return {f.relative_to(path).as_posix(): f.read_bytes() for f in sorted(path.rglob("*"))
+            if f.is_file() and f.name != ".lock"}
+
+
+def unpack_run(files: dict[str, bytes], path: str | Path) -> Path:
+    """Write a trace packed by :func:`pack_run` to ``path`` (kept when already finished).
+
+    Written to a temporary sibling and renamed when complete, as :func:`execute_run` does,
+    so an interrupted copy is never taken for a finished run.
+
+    Raises
+    ------
+    ValueError
+        If ``files`` holds no ``DONE`` marker or a name that leaves the directory.
+    """
+    out = Path(path)
+    if is_finished(out):
+        return out
+    if "DONE" not in files or "meta.json" not in files:
+        raise ValueError(f"The files for {out} are not a finished trace (no DONE or meta.json); "
+                         "pack it with benchmarks.runs.pack_run after execute_run.")
+    bad = [n for n in files if ".." in Path(n).parts or Path(n).is_absolute()]
+    if bad:
+        raise ValueError(f"File names {bad} of a packed trace leave its directory.")
+    tmp = out.with_name(f".{out.name}.unpack.tmp")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    for name, data in files.items():
+        (tmp / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp / name).write_bytes(data)
+    if out.exists():
+        shutil.rmtree(out)
+    tmp.rename(out)
+    return out
 
 
 def run_outcome(trace: Trace) -> dict[str, Any]:
