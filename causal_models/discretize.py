@@ -289,7 +289,8 @@ def _fill_empty(values: list[Any], observed: list[bool]) -> list[Any]:
 def _grad_state(g: float, g_out: float, g_first: float, nonfinite: bool, bins: Bins,
                 is_output: bool) -> str:
     """``g`` is the mean over the finite values of the cell: an explosion seen before the
-    values turned non-finite stays ``exploding``."""
+    values turned non-finite stays ``exploding``.
+    """
     exploding = np.isfinite(g) and (
         g > bins.explode_abs or (np.isfinite(g_first) and g - g_first > bins.explode_growth))
     if exploding:

@@ -275,7 +275,8 @@ def _faults_under(reasoner: ProbabilisticReasoner, faults: list[str],
                   moves: dict[str, float], latent: set[str], features: dict[str, float]
                   ) -> tuple[dict[str, float], dict[str, float]]:
     """Abduction on ``abduct_on``, then action and prediction of each fault node: the
-    faults' probabilities after the action and in the run."""
+    faults' probabilities after the action and in the run.
+    """
     network = reasoner.network_
     q_new: dict[str, float] = {}
     q_old: dict[str, float] = {}
@@ -335,7 +336,8 @@ class _Table:
     def noise_interval(self, state: str, assignment: dict[str, str]) -> tuple[float, float]:
         """Abduction of the node's exogenous noise ``U ~ Uniform(0, 1)`` under the canonical
         mechanism ``X = F^-1(U | parents)`` (the table's inverse CDF in its state order): the
-        interval of ``U`` that gives ``state`` under the factual ``assignment``."""
+        interval of ``U`` that gives ``state`` under the factual ``assignment``.
+        """
         probs = self.column(assignment)
         i = self.states.index(state)
         lo = float(probs[:i].sum())
@@ -344,7 +346,8 @@ class _Table:
     def under(self, interval: tuple[float, float], assignment: dict[str, str]) -> np.ndarray:
         """Distribution of the node under the counterfactual ``assignment`` of its parents,
         its noise uniform on the abducted ``interval``: the share of the interval each
-        state's inverse-CDF range covers."""
+        state's inverse-CDF range covers.
+        """
         probs = self.column(assignment)
         hi_edges = np.cumsum(probs)
         lo_edges = hi_edges - probs
@@ -368,7 +371,8 @@ def _table(network: Any, node: str) -> _Table:
 def slice_order(structure: Any) -> list[list[str]]:
     """The slice nodes, slice by slice, each in an order where every node follows its
     parents in the slice: the loss, the gradients from the output block down, the
-    activations upward."""
+    activations upward.
+    """
     order = []
     for t in range(structure.n_slices):
         order.append([slice_node("loss", t)]

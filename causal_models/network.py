@@ -85,7 +85,8 @@ def _is_plain(ground_truth: dict[str, Any]) -> bool:
 def name_undetermined_cause(hyps: list[Hypothesis]) -> list[Hypothesis]:
     """A failure the evidence shows, with no cause the evidence singles out, is named
     with ``root_cause="unknown"`` at the failure type's posterior; the candidate causes
-    stay listed at their joint posterior (each below 0.5 then)."""
+    stay listed at their joint posterior (each below 0.5 then).
+    """
     top = hyps[0]
     p_ft = float(top.metadata["p_failure_type"])
     if p_ft < 0.5 or top.confidence >= 0.5 or top.root_cause == "unknown":

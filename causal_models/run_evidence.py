@@ -41,7 +41,8 @@ def run_states(trace: Trace, blocks: tuple[tuple[str, ...], ...], bins: Bins,
                states: dict[str, str], features: dict[str, float]) -> None:
     """Fill ``states`` and ``features`` with the run-level evidence (this module's docstring):
     progress, gradient spikes, gradient ratio; on the knobs: update ratio, forward gain,
-    input magnitude."""
+    input magnitude.
+    """
     steps = trace.steps
     loss = steps["loss"].to_numpy(dtype=float)
     gnorm = steps["grad_norm"].to_numpy(dtype=float)

@@ -194,7 +194,8 @@ def _cause_emission(produce: dict[str, float], by_mode: dict[str, Any],
                     ft_states: tuple[str, ...], kind: str, where: tuple[str, ...],
                     states: tuple[str, ...]) -> np.ndarray:
     """P(slice state | root cause) from the rules: the signatures of the failure modes the
-    cause produces, mixed by the cause's weights (a 0.02 floor for the others)."""
+    cause produces, mixed by the cause's weights (a 0.02 floor for the others).
+    """
     mix = _normalised(produce, ft_states, 0.02)
     return sum(w * np.array(by_mode[ft].weights(kind, where, states))
                for ft, w in zip(ft_states, mix))
@@ -205,7 +206,8 @@ def _failure_row(last: dict[str, str], where_of: dict[str, tuple[str, ...]],
                  ft_states: tuple[str, ...]) -> np.ndarray:
     """Prior P(failure type | the last slice's states): the failure modes' signatures
     inverted by Bayes' rule under a uniform prior over failure types (the failure type is
-    what those states end in, so it is their child)."""
+    what those states end in, so it is their child).
+    """
     score = np.ones(len(ft_states))
     for node, state in last.items():
         kind = node.split("@")[0].split("[")[0]
