@@ -33,6 +33,7 @@ from neuraldbg.statistics import (
     condition_table,
     sample_stride,
     sample_sums,
+    saturated_counts,
     unit_dims,
 )
 
@@ -48,8 +49,10 @@ class _Plan:
 
     call_index: torch.Tensor   # (n_calls,) module row of each call
     unit_index: torch.Tensor   # (n_units,) module row of each unit of every call
-    centres: torch.Tensor      # (n_calls, n_conditions, 1)
-    thresholds: torch.Tensor   # (n_calls, n_conditions, 1)
+    sat_calls: torch.Tensor | None  # call rows whose family saturates (None: no such call)
+    sat_index: torch.Tensor | None  # their module rows
+    sat_centres: torch.Tensor | None     # (n_sat_calls, 1) centre of the saturated condition
+    sat_thresholds: torch.Tensor | None  # (n_sat_calls, 1) its threshold
     den: np.ndarray            # (n_modules + 1, 5) the step's DEN sums, without "grads"
     softmax_index: torch.Tensor | None  # module row of each softmax call, in call order
 
@@ -243,14 +246,19 @@ class ActivationBatch:
             unit_rows = np.repeat(self.calls, [d[3] for d in self._den])
             den = np.zeros((len(self._families) + 1, len(DEN) - 1))
             np.add.at(den, self.calls, np.asarray(self._den, dtype=np.float64))
-            cond = [self._conditions[i] for i in self.calls]
+            sat = [(row, idx, self._conditions[idx]) for row, idx in enumerate(self.calls)
+                   if math.isfinite(self._conditions[idx][1][-1])]
+
+            def column(values: list[Any], dtype: torch.dtype) -> torch.Tensor | None:
+                return torch.tensor(values, dtype=dtype, device=dev) if sat else None
+
             plan = _Plan(
                 call_index=torch.tensor(self.calls, dtype=torch.long, device=dev),
                 unit_index=torch.as_tensor(unit_rows, dtype=torch.long, device=dev),
-                centres=torch.tensor([c for c, _ in cond], dtype=torch.float32,
-                                     device=dev).unsqueeze(-1),
-                thresholds=torch.tensor([t for _, t in cond], dtype=torch.float32,
-                                        device=dev).unsqueeze(-1),
+                sat_calls=column([r for r, _, _ in sat], torch.long),
+                sat_index=column([i for _, i, _ in sat], torch.long),
+                sat_centres=column([[c[0][-1]] for _, _, c in sat], torch.float32),
+                sat_thresholds=column([[c[1][-1]] for _, _, c in sat], torch.float32),
                 den=den,
                 softmax_index=torch.tensor([i for i, _ in self._softmax], dtype=torch.long,
                                            device=dev) if self._softmax else None)
@@ -287,8 +295,12 @@ class ActivationBatch:
             samples, scratch = gathered, self._scratch[:n]
         plan = self._plan()
         with torch.no_grad():
-            sums = sample_sums(samples, plan.centres, plan.thresholds, scratch=scratch)
-            act_sums.index_add_(0, plan.call_index, sums)
+            sums = sample_sums(samples, scratch=scratch)
+            act_sums[:, :_SAT].index_add_(0, plan.call_index, sums)
+            if plan.sat_calls is not None:  # only families with a saturated range
+                act_sums[:, _SAT].index_add_(0, plan.sat_index, saturated_counts(
+                    samples.index_select(0, plan.sat_calls), plan.sat_centres,
+                    plan.sat_thresholds))
             units = torch.cat(self._units) if n > 1 else self._units[0]
             dead.index_add_(0, plan.unit_index, units.eq(0).to(torch.float32))
             max_abs.scatter_reduce_(0, plan.unit_index, units, "amax")
