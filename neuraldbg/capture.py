@@ -9,7 +9,10 @@ reduced at once and added into preallocated buffers on the model's device with
 (:class:`neuraldbg.param_norms.ParamMeter`). The buffers are copied to the host once per
 flush (``flush_every`` steps). No activation outlives its step; a hook never changes an
 output or a gradient, and never branches on a tensor value. Between recorded steps
-(``every > 1``) the forward hooks are removed, so the modules run on PyTorch's fast path.
+(``every > 1``) the forward hooks are removed, so the modules run on PyTorch's fast path;
+the root carries a forward pre-hook only while ``dbg.step`` has come before ``opt.step``
+(the next forward then closes the step). On the CPU a small model's cost is the number of
+dispatched operations: views of buffer rows and parameters are made once and reused.
 
 Per step (every step, cheap): loss, learning rate, global gradient norm. On recorded steps
 (every ``every`` steps, and every step for a window after a loss spike or a non-finite
