@@ -33,13 +33,13 @@ from neuraldbg.statistics import (
     condition_table,
     sample_stride,
     sample_sums,
+    saturated_counts,
     unit_dims,
 )
 
 __all__ = ["ActivationBatch"]
 
 _SAT = 2 + CONDITIONS.index("saturated")  # column of the saturated count in sample_sums
-_DEAD = 2 + len(CONDITIONS)               # column of the dead-unit count in the act buffer
 _LARGE = 1 << 16  # outputs above this many elements avoid a full-size |x| temporary
 
 
@@ -49,8 +49,10 @@ class _Plan:
 
     call_index: torch.Tensor   # (n_calls,) module row of each call
     unit_index: torch.Tensor   # (n_units,) module row of each unit of every call
-    centres: torch.Tensor      # (n_calls, n_conditions, 1)
-    thresholds: torch.Tensor   # (n_calls, n_conditions, 1)
+    sat_calls: torch.Tensor | None  # call rows whose family saturates (None: no such call)
+    sat_index: torch.Tensor | None  # their module rows
+    sat_centres: torch.Tensor | None     # (n_sat_calls, 1) centre of the saturated condition
+    sat_thresholds: torch.Tensor | None  # (n_sat_calls, 1) its threshold
     den: np.ndarray            # (n_modules + 1, 5) the step's DEN sums, without "grads"
     softmax_index: torch.Tensor | None  # module row of each softmax call, in call order
 
@@ -103,6 +105,10 @@ class ActivationBatch:
                                     dtype=torch.float32, device=device)
         self._filled = [0] * self._buf.shape[0]  # sampled length last written in each row
         self._plans: dict[tuple[Any, ...], _Plan] = {}
+        # per (module, output shape, contiguous): denominators and the sampling stride
+        self._shapes: dict[tuple[Any, ...], tuple[int, int, int, int, int, int]] = {}
+        self._rows: dict[tuple[int, int], torch.Tensor] = {}  # buffer row views, reused
+        self._heads: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # first n rows
         self.reset()
 
     def reset(self) -> None:
@@ -129,28 +135,28 @@ class ActivationBatch:
         row = len(self.calls)
         if row >= self._buf.shape[0]:
             self._grow(rows=2 * self._buf.shape[0])
-        cf = self._channel_first[idx]
-        units = _unit_max(x, cf)
+        contiguous = x.is_contiguous()
+        shape = self._shapes.get((idx, x.shape, contiguous))
+        if shape is None:
+            shape = self._shape_plan(idx, x, contiguous)
+        units = _unit_max(x, self._channel_first[idx])
         if units.dtype != torch.float32:
             units = units.float()
-        numel = x.numel()
-        per_sample = numel // x.shape[0] if x.dim() >= 1 and x.shape[0] else numel
-        if x.is_contiguous():
-            sample = x.reshape(-1)  # a view
-            if numel > self._size:
-                sample = sample[::sample_stride(numel, per_sample, self._size)]
+        n_s, stride = shape[1], shape[5]
+        if contiguous:  # one strided view of the whole output (its storage offset kept)
+            sample = torch.as_strided(x, (n_s,), (stride,))
         else:  # whole samples of the batch, so no copy of the full output is made
-            keep = max(1, self._size // max(per_sample, 1))
-            sample = x[::-(-x.shape[0] // keep)] if x.dim() >= 1 else x
-        n_s = sample.numel()
+            sample = x[::stride] if x.dim() >= 1 else x
         if n_s > self._buf.shape[1]:
             self._grow(width=n_s)
-        dst = self._buf[row, :n_s]
+        dst = self._rows.get((row, n_s))
+        if dst is None:
+            dst = self._rows[(row, n_s)] = self._buf[row, :n_s]
         dst.copy_(sample) if sample.dim() == 1 else dst.view(sample.shape).copy_(sample)
         if self._filled[row] > n_s:
             self._buf[row, n_s:self._filled[row]].fill_(math.nan)
         self._filled[row] = n_s
-        n_sat = n_s
+        den = shape[:5]
         if self._families[idx] == "softmax" and x.dim() >= 1:
             # one-hot rows: judged per row of the last dim, on whole rows of a batch sample
             keep = max(1, self._size // max(x.shape[-1], 1))
@@ -158,13 +164,39 @@ class ActivationBatch:
             rows = rows[::-(-rows.shape[0] // keep)]
             self._softmax.append((idx, (rows.amax(dim=-1) > self._softmax_cut).sum()))
             self._softmax_rows.append(row)
-            n_sat = rows.shape[0]
+            den = (*den[:4], rows.shape[0])
         self.calls.append(idx)
         self._units.append(units)
-        self._den.append((1, n_s, numel, units.numel(), n_sat))
+        self._den.append(den)
         self._needs_grad.append(needs_grad)
         self._got_grad.append(False)
         return row
+
+    def _shape_plan(self, idx: int, x: torch.Tensor,
+                    contiguous: bool) -> tuple[int, int, int, int, int, int]:
+        """``(1, n_sample, n_total, n_units, n_sat, stride)`` of an output shape (cached).
+
+        ``stride`` is the element stride of the sample of a contiguous output, else the
+        step over the batch dim of the whole samples taken.
+        """
+        numel = x.numel()
+        per_sample = numel // x.shape[0] if x.dim() >= 1 and x.shape[0] else numel
+        if contiguous:
+            stride = sample_stride(numel, per_sample, self._size) if numel > self._size else 1
+            n_s = len(range(0, numel, stride))
+        else:
+            keep = max(1, self._size // max(per_sample, 1))
+            stride = -(-x.shape[0] // keep) if x.dim() >= 1 else 1
+            n_s = (len(range(0, x.shape[0], stride)) * per_sample if x.dim() >= 1 else numel)
+        if x.dim() < 2:
+            n_units = numel
+        else:
+            dims = unit_dims(x.dim(), self._channel_first[idx])
+            n_units = math.prod(n for d, n in enumerate(x.shape) if d not in dims)
+        plan = (1, n_s, numel, n_units, n_s, stride)
+        if len(self._shapes) < 4096:
+            self._shapes[(idx, x.shape, contiguous)] = plan
+        return plan
 
     def mark_grad(self, row: int) -> None:
         """The output of call ``row`` received its gradient: it belongs to a training step."""
@@ -203,6 +235,8 @@ class ActivationBatch:
         self._scratch = torch.empty((r, len(CONDITIONS), w), dtype=torch.float32,
                                     device=self._device)
         self._filled += [0] * (r - len(self._filled))
+        self._rows.clear()
+        self._heads.clear()
 
     # ------------------------------------------------------------------ step close
     def _plan(self) -> _Plan:
@@ -213,14 +247,19 @@ class ActivationBatch:
             unit_rows = np.repeat(self.calls, [d[3] for d in self._den])
             den = np.zeros((len(self._families) + 1, len(DEN) - 1))
             np.add.at(den, self.calls, np.asarray(self._den, dtype=np.float64))
-            cond = [self._conditions[i] for i in self.calls]
+            sat = [(row, idx, self._conditions[idx]) for row, idx in enumerate(self.calls)
+                   if math.isfinite(self._conditions[idx][1][-1])]
+
+            def column(values: list[Any], dtype: torch.dtype) -> torch.Tensor | None:
+                return torch.tensor(values, dtype=dtype, device=dev) if sat else None
+
             plan = _Plan(
                 call_index=torch.tensor(self.calls, dtype=torch.long, device=dev),
                 unit_index=torch.as_tensor(unit_rows, dtype=torch.long, device=dev),
-                centres=torch.tensor([c for c, _ in cond], dtype=torch.float32,
-                                     device=dev).unsqueeze(-1),
-                thresholds=torch.tensor([t for _, t in cond], dtype=torch.float32,
-                                        device=dev).unsqueeze(-1),
+                sat_calls=column([r for r, _, _ in sat], torch.long),
+                sat_index=column([i for _, i, _ in sat], torch.long),
+                sat_centres=column([[c[0][-1]] for _, _, c in sat], torch.float32),
+                sat_thresholds=column([[c[1][-1]] for _, _, c in sat], torch.float32),
                 den=den,
                 softmax_index=torch.tensor([i for i, _ in self._softmax], dtype=torch.long,
                                            device=dev) if self._softmax else None)
@@ -228,13 +267,17 @@ class ActivationBatch:
                 self._plans[key] = plan
         return plan
 
-    def close(self, act: torch.Tensor, max_abs: torch.Tensor, den: np.ndarray) -> None:
+    def close(self, act_sums: torch.Tensor, dead: torch.Tensor, max_abs: torch.Tensor,
+              den: np.ndarray) -> None:
         """Add the step's statistics into one step's buffer rows (the caller then resets).
 
         Parameters
         ----------
-        act : torch.Tensor
-            ``(n_modules + 1, len(ACT_SUMS))`` sums of the step (device).
+        act_sums : torch.Tensor
+            ``(n_modules + 1, len(ACT_SUMS) - 1)`` sums of the step, all but ``dead``
+            (a device view).
+        dead : torch.Tensor
+            ``(n_modules + 1,)`` dead-unit counts of the step (a device view).
         max_abs : torch.Tensor
             ``(n_modules + 1,)`` running max |x| of the step (device).
         den : numpy.ndarray
@@ -244,17 +287,26 @@ class ActivationBatch:
         n = len(self.calls)
         if not n:
             return
-        samples = self._buf[:n] if gathered is None else gathered
+        if gathered is None:
+            views = self._heads.get(n)
+            if views is None:
+                views = self._heads[n] = (self._buf[:n], self._scratch[:n])
+            samples, scratch = views
+        else:
+            samples, scratch = gathered, self._scratch[:n]
         plan = self._plan()
         with torch.no_grad():
-            sums = sample_sums(samples, plan.centres, plan.thresholds,
-                               scratch=self._scratch[:n])
-            act[:, :_DEAD].index_add_(0, plan.call_index, sums)
+            sums = sample_sums(samples, scratch=scratch)
+            act_sums[:, :_SAT].index_add_(0, plan.call_index, sums)
+            if plan.sat_calls is not None:  # only families with a saturated range
+                act_sums[:, _SAT].index_add_(0, plan.sat_index, saturated_counts(
+                    samples.index_select(0, plan.sat_calls), plan.sat_centres,
+                    plan.sat_thresholds))
             units = torch.cat(self._units) if n > 1 else self._units[0]
-            act[:, _DEAD].index_add_(0, plan.unit_index, (units == 0).to(torch.float32))
+            dead.index_add_(0, plan.unit_index, units.eq(0).to(torch.float32))
             max_abs.scatter_reduce_(0, plan.unit_index, units, "amax")
             if plan.softmax_index is not None:  # index tensors are cached: no copy per step
-                act[:, _SAT].index_add_(0, plan.softmax_index,
-                                        torch.stack([c for _, c in self._softmax])
-                                        .to(torch.float32))
+                act_sums[:, _SAT].index_add_(0, plan.softmax_index,
+                                             torch.stack([c for _, c in self._softmax])
+                                             .to(torch.float32))
         den[:, :len(DEN) - 1] += plan.den

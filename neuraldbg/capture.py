@@ -9,7 +9,10 @@ reduced at once and added into preallocated buffers on the model's device with
 (:class:`neuraldbg.param_norms.ParamMeter`). The buffers are copied to the host once per
 flush (``flush_every`` steps). No activation outlives its step; a hook never changes an
 output or a gradient, and never branches on a tensor value. Between recorded steps
-(``every > 1``) the forward hooks are removed, so the modules run on PyTorch's fast path.
+(``every > 1``) the forward hooks are removed, so the modules run on PyTorch's fast path;
+the root carries a forward pre-hook only while ``dbg.step`` has come before ``opt.step``
+(the next forward then closes the step). On the CPU a small model's cost is the number of
+dispatched operations: views of buffer rows and parameters are made once and reused.
 
 Per step (every step, cheap): loss, learning rate, global gradient norm. On recorded steps
 (every ``every`` steps, and every step for a window after a loss spike or a non-finite
@@ -59,6 +62,8 @@ from neuraldbg.trace import (
 from neuraldbg.weight_diversity import WeightDiversity
 
 __all__ = ["Recorder", "CaptureConfig"]
+
+_GRADS = DEN.index("grads")
 
 class Recorder:
     """Record per-module statistics of a training run through PyTorch hooks.
@@ -170,6 +175,7 @@ class Recorder:
         self.overwrite = overwrite
         self._handles: list[Any] = []
         self._forward_handles: list[Any] = []  # only while a recorded step may run
+        self._root_pre_handle: Any = None  # only while dbg.step waits for its optimizer
         self._active = False
         self._entered = False
         self._status = "not started"
@@ -246,7 +252,6 @@ class Recorder:
             if writer is not None:
                 writer.write_modules(self._modules_table())
                 writer.write_meta(self._meta())
-            self._handles.append(self.model.register_forward_pre_hook(self._root_pre_hook))
             if self.loss_from_output:
                 self._handles.append(self.model.register_forward_hook(self._root_hook))
             if self._recording:
@@ -309,6 +314,9 @@ class Recorder:
 
     def _remove_hooks(self) -> None:
         errors = []
+        if self._root_pre_handle is not None:
+            self._handles.append(self._root_pre_handle)
+            self._root_pre_handle = None
         for handle in (*self._forward_handles, *self._handles):
             try:
                 handle.remove()
@@ -332,6 +340,9 @@ class Recorder:
 
     def _clear_pending(self) -> None:
         """Forget the open step's state (its hook results are in the buffer or dropped)."""
+        if self._root_pre_handle is not None:
+            self._root_pre_handle.remove()
+            self._root_pre_handle = None
         self._loss_given = False           # dbg.step(loss) was called for the open step
         self._has_loss = False             # ... with a loss
         self._host_loss: float | None = None
@@ -377,7 +388,9 @@ class Recorder:
     def _grad_hook(self, idx: int, row: int, grad: torch.Tensor) -> None:
         if self.scaler is not None and self._scale is None:
             self._scale = scaler_scale(self.scaler)  # the scale of this backward
-        self._grad_vals.append(torch.linalg.vector_norm(grad.detach(), dtype=torch.float32))
+        if grad.requires_grad:  # a double backward (create_graph=True): build no graph
+            grad = grad.detach()
+        self._grad_vals.append(torch.linalg.vector_norm(grad, dtype=torch.float32))
         self._grad_idx.append(idx)
         self._batch.mark_grad(row)
 
@@ -484,6 +497,10 @@ class Recorder:
         self._has_loss = loss is not None
         if self._stepped or not self._optimizers:
             self._close_step()
+        elif self._root_pre_handle is None:
+            # dbg.step came before opt.step: the next forward, if it comes first, closes the
+            # step (the root is hooked only then, so it runs on PyTorch's fast path otherwise)
+            self._root_pre_handle = self.model.register_forward_pre_hook(self._root_pre_hook)
 
     def _finish_pending(self) -> None:
         """At exit: close the open step if it was one; a forward alone is not a step."""
@@ -519,15 +536,15 @@ class Recorder:
         in the middle of a step (which flushes) never splits a step across rows.
         """
         log = self._log
-        self._batch.close(log.act[slot], log.max[slot], log.den[slot])
+        act_sums, dead, max_abs, grad = log.rows[slot]
+        self._batch.close(act_sums, dead, max_abs, log.den[slot])
         if self._grad_idx:
-            log.den[slot, :, DEN.index("grads")] += np.bincount(
-                self._grad_idx, minlength=log.den.shape[1])
+            log.den[slot, :, _GRADS] += np.bincount(self._grad_idx, minlength=log.den.shape[1])
             with torch.no_grad():
-                squares = torch.stack(self._grad_vals).square()
+                squares = torch.stack(self._grad_vals).square_()
                 if self._scale is not None:  # measured on the scaled backward
                     squares = squares / self._scale.square()
-                log.grad[slot].index_add_(0, self._device_index(self._grad_idx), squares)
+                grad.index_add_(0, self._device_index(self._grad_idx), squares)
 
     def _update_sampling(self, host_loss: float | None) -> None:
         cfg = self.cfg

@@ -78,6 +78,11 @@ class ParamMeter:
         self._zero = torch.zeros((), device=device)
         self._snapshot: dict[int, list[torch.Tensor]] = {}
         self._fresh: set[int] = set()
+        # Views made once and reused every step (each view is a dispatched op on the hot
+        # path): output rows of the buffer, and the measured elements of each parameter,
+        # rebuilt when a parameter's storage changes (``p.data = ...``, ``module.to()``).
+        self._out: dict[tuple[int, int, int], torch.Tensor] = {}
+        self._views: dict[int, tuple[tuple[int, ...], list[torch.Tensor]]] = {}
 
     @staticmethod
     def _stride(p: nn.Parameter, sample_size: int) -> int:
@@ -86,11 +91,45 @@ class ParamMeter:
         per_row = p.numel() // p.shape[0] if p.dim() > 1 else 1
         return sample_stride(p.numel(), per_row, sample_size)
 
-    def _update_views(self, start: int, stop: int) -> list[torch.Tensor]:
-        """The elements of each parameter whose update is measured (views, no copy)."""
-        return [p.detach() if k == 1 else p.detach().view(-1)[::k]
-                for p, k in zip(self.params[start:stop], self._strides[start:stop],
-                                strict=True)]
+    def _update_views(self, key: int, start: int, stop: int) -> list[torch.Tensor]:
+        """The elements of each parameter whose update is measured (views, no copy).
+
+        Cached per group while every parameter keeps its storage; a view of a parameter
+        made under ``no_grad`` tracks its in-place updates.
+        """
+        params = self.params[start:stop]
+        ptrs = tuple(p.data_ptr() for p in params)
+        cached = self._views.get(key)
+        if cached is not None and cached[0] == ptrs:
+            return cached[1]
+        with torch.no_grad():
+            views = [p.detach() if k == 1 else p.detach().view(-1)[::k]
+                     for p, k in zip(params, self._strides[start:stop], strict=True)]
+        self._views[key] = (ptrs, views)
+        return views
+
+    def _row(self, slot: int, kind: int, group: int) -> torch.Tensor:
+        """Cached view of buffer row ``slot`` for ``group``'s parameters.
+
+        ``kind`` is ``GRAD``, ``UPDATE`` or ``-1`` (gradient and parameter norms together,
+        ``(2 * n,)`` flat when the group holds every parameter, else ``(2, n)``).
+        """
+        key = (slot, kind, group)
+        out = self._out.get(key)
+        if out is None:
+            start, stop, upd = (0, len(self.params), len(self.params)) if group < 0 else \
+                self.groups[group]
+            row = self._norms[slot]
+            if kind == GRAD:
+                out = row[GRAD, start:stop]
+            elif kind == UPDATE:
+                out = row[UPDATE, start:upd]
+            elif start == 0 and stop == len(self.params):
+                out = row[:2].view(-1)
+            else:
+                out = row[:2, start:stop]
+            self._out[key] = out
+        return out
 
     def _grads(self, start: int, stop: int) -> list[torch.Tensor] | None:
         grads = [p.grad for p in self.params[start:stop]]
@@ -116,23 +155,22 @@ class ParamMeter:
         if stop <= start:
             return
         grads = self._grads(start, stop)
-        whole = start == 0 and stop == len(self.params)
-        row = self._norms[slot]
-        with torch.no_grad():
+        with torch.no_grad():  # parameters are read directly: no detach per step
             if not recorded:
                 if grads is not None:
-                    torch.stack(torch._foreach_norm(grads), out=row[GRAD, start:stop])
+                    torch.stack(torch._foreach_norm(grads), out=self._row(slot, GRAD, key))
                 return
-            weights = [p.detach() for p in self.params[start:stop]]
+            weights = self.params[start:stop]
             if grads is None:
-                torch.stack(torch._foreach_norm(weights), out=row[PARAM, start:stop])
-            elif whole:
-                torch.stack(torch._foreach_norm(grads + weights), out=row[:2].view(-1))
+                torch.stack(torch._foreach_norm(weights), out=self._norms[slot, PARAM, start:stop])
             else:
-                row[:2, start:stop].copy_(
-                    torch.stack(torch._foreach_norm(grads + weights)).view(2, -1))
+                out = self._row(slot, -1, key)
+                norms = torch.stack(torch._foreach_norm(grads + weights),
+                                    out=out if out.dim() == 1 else None)
+                if out.dim() != 1:
+                    out.copy_(norms.view(2, -1))
             if snapshot and upd > start:
-                views = self._update_views(start, upd)
+                views = self._update_views(key, start, upd)
                 snap = self._snapshot.get(key)
                 if snap is None:
                     self._snapshot[key] = [v.clone() for v in views]
@@ -150,8 +188,8 @@ class ParamMeter:
                                                                    self.groups[group][2])
         snap = self._snapshot[key]
         with torch.no_grad():
-            torch._foreach_sub_(snap, self._update_views(start, upd))
-            torch.stack(torch._foreach_norm(snap), out=self._norms[slot, UPDATE, start:upd])
+            torch._foreach_sub_(snap, self._update_views(key, start, upd))
+            torch.stack(torch._foreach_norm(snap), out=self._row(slot, UPDATE, key))
 
     def move(self, src: int, dst: int) -> None:
         """Move step row ``src`` to ``dst`` (the open step's row when a flush renumbers)."""

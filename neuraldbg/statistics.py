@@ -31,6 +31,7 @@ __all__ = [
     "sample_stride",
     "condition_table",
     "sample_sums",
+    "saturated_counts",
     "CONDITIONS",
     "ACT_SUMS",
     "DEN",
@@ -106,6 +107,14 @@ def sample_stride(numel: int, per_sample: int, sample_size: int) -> int:
     return k
 
 
+@lru_cache(maxsize=16)
+def _zero_centred_thresholds(device: torch.device) -> torch.Tensor:
+    """Thresholds of the zero-centred :data:`CONDITIONS` (not NaN, non-zero, infinite),
+    ``(1, 3, 1)`` on ``device``, as :func:`condition_table` gives them for every family."""
+    return torch.tensor([-1.0, 0.0, float(torch.finfo(torch.float32).max)],
+                        device=device).view(1, 3, 1)
+
+
 def condition_table(family: str, *, sigmoid_margin: float, tanh_margin: float,
                     smooth_tail: float) -> tuple[tuple[float, ...], tuple[float, ...]]:
     """Centres c and thresholds t of the :data:`CONDITIONS` counted as ``|x - c| > t``.
@@ -129,16 +138,13 @@ def condition_table(family: str, *, sigmoid_margin: float, tanh_margin: float,
     return (0.0, 0.0, 0.0, c_sat), (-1.0, 0.0, big, t_sat)
 
 
-def sample_sums(samples: torch.Tensor, centres: torch.Tensor, thresholds: torch.Tensor,
-                *, scratch: torch.Tensor | None = None) -> torch.Tensor:
+def sample_sums(samples: torch.Tensor, *, scratch: torch.Tensor | None = None) -> torch.Tensor:
     """Sums and counts of a step's activation samples, all calls at once, no host sync.
 
     Parameters
     ----------
     samples : torch.Tensor
         ``(n_calls, width)`` float32, one sampled output per row, padded with NaN.
-    centres, thresholds : torch.Tensor
-        ``(n_calls, len(CONDITIONS), 1)`` from :func:`condition_table`.
     scratch : torch.Tensor, optional
         ``(n_calls, len(CONDITIONS), width)`` float32 work space, so that no large
         temporary is allocated per step (on the CPU each one costs page faults).
@@ -146,16 +152,33 @@ def sample_sums(samples: torch.Tensor, centres: torch.Tensor, thresholds: torch.
     Returns
     -------
     torch.Tensor
-        ``(n_calls, 6)``: sum, sum of squares (NaN elements left out), then the
-        :data:`CONDITIONS` counts. Counts are float arithmetic (``sign(relu(|x - c| - t))``
-        summed, NaN skipped): on the CPU a comparison into booleans and their sum cost
-        ~10x as much.
+        ``(n_calls, 5)``: sum, sum of squares (NaN elements left out), then the counts of
+        the first three :data:`CONDITIONS` (not NaN, non-zero, infinite), whose centre is 0
+        for every family. Counts are float arithmetic (``sign(relu(|x| - t))`` summed, NaN
+        skipped): on the CPU a comparison into booleans and their sum cost ~10x as much.
+        The family's saturation, counted only where a family has one, is
+        :func:`saturated_counts`.
     """
-    work = torch.sub(samples.unsqueeze(1), centres, out=scratch)
-    counts = work.abs_().sub_(thresholds).relu_().sign_().nansum(-1)
-    squares = torch.square(samples, out=work[:, 0])
+    n, width = samples.shape
+    if scratch is None:
+        scratch = samples.new_empty((n, len(CONDITIONS), width))
+    absolute = torch.abs(samples, out=scratch[:, 0])
+    counts = torch.sub(absolute.unsqueeze(1), _zero_centred_thresholds(samples.device),
+                       out=scratch[:, 1:])
+    counts = counts.relu_().sign_().nansum(-1)
+    squares = torch.square(samples, out=absolute)
     return torch.cat([samples.nansum(1, keepdim=True), squares.nansum(1, keepdim=True),
                       counts], 1)
+
+
+def saturated_counts(samples: torch.Tensor, centres: torch.Tensor,
+                     thresholds: torch.Tensor) -> torch.Tensor:
+    """Count of ``|x - c| > t`` per row (the saturated condition of :func:`condition_table`).
+
+    ``samples`` is ``(m, width)`` (a copy the function may overwrite: the rows of the calls
+    whose family saturates), ``centres`` and ``thresholds`` ``(m, 1)``. Returns ``(m,)``.
+    """
+    return samples.sub_(centres).abs_().sub_(thresholds).relu_().sign_().nansum(1)
 
 
 def finish_module_stats(

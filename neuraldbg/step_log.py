@@ -45,6 +45,13 @@ class StepLog:
                                device=device)
         self.max = torch.zeros(capacity, n_rows, dtype=torch.float32, device=device)
         self.grad = torch.zeros(capacity, n_rows, dtype=torch.float32, device=device)
+        # Per slot, views made once (a view is a dispatched op on the hot path): activation
+        # sums but ``dead``, ``dead``, max |x|, squared output-gradient norms.
+        dead = ACT_SUMS.index("dead")
+        assert dead == len(ACT_SUMS) - 1
+        self.rows = [(act[:, :dead], act[:, dead], mx, grad) for act, mx, grad in
+                     zip(self.act.unbind(0), self.max.unbind(0), self.grad.unbind(0),
+                         strict=True)]
         self.den = np.zeros((capacity, n_rows, len(DEN)))
         self.steps: list[int] = []
         self.lr: list[float | torch.Tensor] = []
