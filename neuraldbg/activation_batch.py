@@ -299,6 +299,8 @@ class ActivationBatch:
             sums = sample_sums(samples, scratch=scratch)
             act_sums[:, :_SAT].index_add_(0, plan.call_index, sums)
             if plan.sat_calls is not None:  # only families with a saturated range
+                assert plan.sat_index is not None and plan.sat_centres is not None
+                assert plan.sat_thresholds is not None
                 act_sums[:, _SAT].index_add_(0, plan.sat_index, saturated_counts(
                     samples.index_select(0, plan.sat_calls), plan.sat_centres,
                     plan.sat_thresholds))

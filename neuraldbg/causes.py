@@ -313,8 +313,10 @@ def _blocked(trace: Trace, states: StateTable) -> tuple[str, ...]:
 
 
 def _grad_accumulation(states: StateTable, weight: np.ndarray) -> float:
-    """Late over early ratio of parameter-gradient to output-gradient norm (median over
-    weight layers); NaN with fewer than 8 recorded steps."""
+    """Late over early ratio of parameter-gradient to output-gradient norm.
+
+    The median over weight layers; NaN with fewer than 8 recorded steps.
+    """
     m = states.measures
     n = len(states.steps)
     if n < 8 or not weight.any():
@@ -417,14 +419,17 @@ def running_sum_support(facts: RunFacts, cfg: ThresholdConfig) -> float:
 
 
 def accumulation_support(facts: RunFacts, cfg: ThresholdConfig) -> float:
-    """Support for "each step's parameter gradient holds the steps before it": the ratio of
-    parameter-gradient to output-gradient norm grows ``cfg.grad_accumulation_growth``-fold
+    """Support for "each step's parameter gradient holds the steps before it".
+
+    The ratio of parameter-gradient to output-gradient norm grows
+    ``cfg.grad_accumulation_growth``-fold
     or more over the run (a running sum grows like the step; a healthy run keeps it within a
     few-fold, a too-high rate grows both norms together), and the global gradient norm
     grows from the first steps like a running sum (:func:`running_sum_support`'s shape).
     Unlike that rule it does not ask the loss to stall: Adam still lowers the loss a little
     on a summed gradient. The ratio alone also grows when the weights blow up after a
-    learning-rate spike (the layers' inputs grow), which the shape rules out."""
+    learning-rate spike (the layers' inputs grow), which the shape rules out.
+    """
     exponent, power_fit, rising = facts.grad_growth
     if not (power_fit >= cfg.grad_sum_fit and rising >= cfg.grad_sum_monotone
             and exponent >= cfg.grad_sum_exponent):
@@ -434,9 +439,12 @@ def accumulation_support(facts: RunFacts, cfg: ThresholdConfig) -> float:
 
 
 def symmetric_support(facts: RunFacts, cfg: ThresholdConfig) -> float:
-    """Support for "a layer's units are copies of each other" (constant or identical
-    initial weights): weight-row diversity below ``cfg.row_diversity_low`` at enter and
-    still at the latest flush (1.0 for rows exactly equal)."""
+    """Support for "a layer's units are copies of each other".
+
+    Constant or identical initial weights: weight-row diversity below
+    ``cfg.row_diversity_low`` at enter and
+    still at the latest flush (1.0 for rows exactly equal).
+    """
     if not facts.symmetric_modules:
         return 0.0
     return logistic_support(max(facts.row_diversity, 1e-12), cfg.row_diversity_low,
@@ -444,9 +452,12 @@ def symmetric_support(facts: RunFacts, cfg: ThresholdConfig) -> float:
 
 
 def batchnorm_off_support(facts: RunFacts, cfg: ThresholdConfig) -> float:
-    """Support for "the BatchNorm layers do not normalise" (a model left in ``eval()``,
-    normalising with its initial running statistics): their outputs' std at the first step
-    ``cfg.batchnorm_std_high`` times or more off 1 (train-mode BatchNorm outputs ~1)."""
+    """Support for "the BatchNorm layers do not normalise".
+
+    A model left in ``eval()``, normalising with its initial running statistics: their
+    outputs' std at the first step
+    ``cfg.batchnorm_std_high`` times or more off 1 (train-mode BatchNorm outputs ~1).
+    """
     std = facts.batchnorm_output_std
     if not (std > 0 and math.isfinite(std)):
         return 0.0

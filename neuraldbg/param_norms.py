@@ -160,7 +160,7 @@ class ParamMeter:
                 if grads is not None:
                     torch.stack(torch._foreach_norm(grads), out=self._row(slot, GRAD, key))
                 return
-            weights = self.params[start:stop]
+            weights: list[torch.Tensor] = list(self.params[start:stop])
             if grads is None:
                 torch.stack(torch._foreach_norm(weights), out=self._norms[slot, PARAM, start:stop])
             else:

@@ -109,8 +109,10 @@ def sample_stride(numel: int, per_sample: int, sample_size: int) -> int:
 
 @lru_cache(maxsize=16)
 def _zero_centred_thresholds(device: torch.device) -> torch.Tensor:
-    """Thresholds of the zero-centred :data:`CONDITIONS` (not NaN, non-zero, infinite),
-    ``(1, 3, 1)`` on ``device``, as :func:`condition_table` gives them for every family."""
+    """Thresholds of the zero-centred :data:`CONDITIONS` (not NaN, non-zero, infinite).
+
+    Shape ``(1, 3, 1)`` on ``device``, as :func:`condition_table` gives them for every family.
+    """
     return torch.tensor([-1.0, 0.0, float(torch.finfo(torch.float32).max)],
                         device=device).view(1, 3, 1)
 

@@ -1,4 +1,4 @@
-"""Weight-row diversity: are a layer's units still copies of each other?
+"""Weight-row diversity: whether a layer's units are still copies of each other.
 
 A network whose weights start constant (``p.fill_(0.01)``) or with identical rows computes
 the same value in every unit of a layer, receives the same gradient for each and so keeps
@@ -59,7 +59,8 @@ class WeightDiversity:
         self._names: list[str] = []
         self._matrices: list[list[torch.Tensor]] = []
         for name, mod in leaves:
-            mats = [p for p in mod.parameters(recurse=False) if p.ndim >= 2 and p.shape[0] > 1]
+            mats: list[torch.Tensor] = [p for p in mod.parameters(recurse=False)
+                                        if p.ndim >= 2 and p.shape[0] > 1]
             if mats:
                 self._names.append(name)
                 self._matrices.append(mats)
