@@ -88,8 +88,10 @@ def expected_calibration_error(probs: np.ndarray, y: np.ndarray, n_bins: int = 1
 
 
 def confidence_bins(conf: np.ndarray, n_bins: int = 15) -> np.ndarray:
-    """Index of the equal-width bin of each confidence: bin ``b`` holds ``(b/n, (b+1)/n]``,
-    confidence 0 goes to bin 0 (the one binning rule of every ECE and reliability table).
+    """Index of the equal-width bin of each confidence.
+
+    Bin ``b`` holds ``(b/n, (b+1)/n]``, confidence 0 goes to bin 0 (the one binning rule of every
+    ECE and reliability table).
     """
     conf = np.asarray(conf, dtype=float)
     return np.clip(np.ceil(conf * n_bins).astype(int) - 1, 0, n_bins - 1)
@@ -97,8 +99,9 @@ def confidence_bins(conf: np.ndarray, n_bins: int = 15) -> np.ndarray:
 
 def binary_expected_calibration_error(conf: np.ndarray, correct: np.ndarray,
                                       n_bins: int = 15) -> float:
-    """ECE of confidences ``conf`` given to answers that are ``correct`` (0/1): sum over the
-    bins of :func:`confidence_bins` of (bin share) x |accuracy - mean confidence|.
+    """ECE of confidences ``conf`` given to answers that are ``correct`` (0/1).
+
+    The sum over the bins of :func:`confidence_bins` of (bin share) x |accuracy - mean confidence|.
     """
     conf = np.asarray(conf, dtype=float)
     gap = np.bincount(confidence_bins(conf, n_bins),

@@ -288,7 +288,9 @@ def _fill_empty(values: list[Any], observed: list[bool]) -> list[Any]:
 
 def _grad_state(g: float, g_out: float, g_first: float, nonfinite: bool, bins: Bins,
                 is_output: bool) -> str:
-    """``g`` is the mean over the finite values of the cell: an explosion seen before the
+    """Gradient state of one block in one slice.
+
+    ``g`` is the mean over the finite values of the cell: an explosion seen before the
     values turned non-finite stays ``exploding``.
     """
     exploding = np.isfinite(g) and (

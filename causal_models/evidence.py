@@ -1,5 +1,6 @@
-"""Evidence that is not a time slice: the observed knobs and context of a run, and the
-heuristic reasoner's verdict.
+"""Evidence that is not a time slice.
+
+The observed knobs and context of a run, and the heuristic reasoner's verdict.
 
 The knob and context states come from the module table first (what actually ran) and the
 run config second (what a user wrote down); the rules' verdict is the Post-Mortem

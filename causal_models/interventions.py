@@ -249,8 +249,9 @@ def _cf_yes(factual: int, p: float, p_new: float) -> float:
 
 def _clipping_under(trace: Trace, clip: float, evidence: dict[str, str],
                     reasoner: ProbabilisticReasoner) -> str:
-    """State of the ``clipping`` node had the run's total gradient norm been clipped at
-    ``clip``: compared with the run's recorded norms (:func:`causal_models.evidence.
+    """State of the ``clipping`` node had the run's total gradient norm been clipped at ``c``.
+
+    Compared with the run's recorded norms (:func:`causal_models.evidence.
     clip_share`), a clip above every norm changes nothing, one that caps the bursts only
     is ``peaks``, one that caps most steps ``tight``.
 
@@ -274,8 +275,9 @@ def _faults_under(reasoner: ProbabilisticReasoner, faults: list[str],
                   abduct_on: dict[str, str], evidence: dict[str, str], acted: dict[str, str],
                   moves: dict[str, float], latent: set[str], features: dict[str, float]
                   ) -> tuple[dict[str, float], dict[str, float]]:
-    """Abduction on ``abduct_on``, then action and prediction of each fault node: the
-    faults' probabilities after the action and in the run.
+    """Abduction on ``abduct_on``, then action and prediction of each fault node.
+
+    Returns the faults' probabilities after the action and in the run.
     """
     network = reasoner.network_
     q_new: dict[str, float] = {}
@@ -334,8 +336,10 @@ class _Table:
         return self.values[:, col]
 
     def noise_interval(self, state: str, assignment: dict[str, str]) -> tuple[float, float]:
-        """Abduction of the node's exogenous noise ``U ~ Uniform(0, 1)`` under the canonical
-        mechanism ``X = F^-1(U | parents)`` (the table's inverse CDF in its state order): the
+        """Abduction of the node's exogenous noise ``U ~ Uniform(0, 1)``.
+
+        Under the canonical mechanism ``X = F^-1(U | parents)`` (the table's inverse CDF in its
+        state order): the
         interval of ``U`` that gives ``state`` under the factual ``assignment``.
         """
         probs = self.column(assignment)
@@ -344,8 +348,9 @@ class _Table:
         return lo, lo + float(probs[i])
 
     def under(self, interval: tuple[float, float], assignment: dict[str, str]) -> np.ndarray:
-        """Distribution of the node under the counterfactual ``assignment`` of its parents,
-        its noise uniform on the abducted ``interval``: the share of the interval each
+        """Distribution of the node under the counterfactual ``assignment`` of its parents.
+
+        Its noise is uniform on the abducted ``interval``: the share of the interval each
         state's inverse-CDF range covers.
         """
         probs = self.column(assignment)
@@ -369,8 +374,10 @@ def _table(network: Any, node: str) -> _Table:
 
 
 def slice_order(structure: Any) -> list[list[str]]:
-    """The slice nodes, slice by slice, each in an order where every node follows its
-    parents in the slice: the loss, the gradients from the output block down, the
+    """The slice nodes, slice by slice.
+
+    Each slice in an order where every node follows its parents in the slice: the loss, the
+    gradients from the output block down, the
     activations upward.
     """
     order = []

@@ -83,8 +83,10 @@ def _is_plain(ground_truth: dict[str, Any]) -> bool:
 
 
 def name_undetermined_cause(hyps: list[Hypothesis]) -> list[Hypothesis]:
-    """A failure the evidence shows, with no cause the evidence singles out, is named
-    with ``root_cause="unknown"`` at the failure type's posterior; the candidate causes
+    """Name a failure whose cause the evidence does not single out ``unknown``.
+
+    A failure the evidence shows, with no cause the evidence singles out, is named with
+    ``root_cause="unknown"`` at the failure type's posterior; the candidate causes
     stay listed at their joint posterior (each below 0.5 then).
     """
     top = hyps[0]

@@ -70,8 +70,9 @@ def fit_placement(rows: list[dict[str, Any]], weights: np.ndarray | None = None
 
 def offset(reasoner: ProbabilisticReasoner, node: str, state: str,
            features: dict[str, float], evidence: dict[str, str]) -> float:
-    """Where the run sits inside level ``state`` of ``node``, in level steps from its centre
-    (within +-0.5): its feature against the levels' fitted medians, interpolated between
+    """Where the run sits inside level ``state`` of ``node``, in level steps from its centre.
+
+    Within +-0.5: its feature against the levels' fitted medians, interpolated between
     them; 0 (the centre) when the feature is missing or does not apply.
     """
     medians = (getattr(reasoner, "placement_", None) or {}).get(node)

@@ -39,8 +39,9 @@ def early_median(values: np.ndarray, n_steps: int) -> float:
 
 def run_states(trace: Trace, blocks: tuple[tuple[str, ...], ...], bins: Bins,
                states: dict[str, str], features: dict[str, float]) -> None:
-    """Fill ``states`` and ``features`` with the run-level evidence (this module's docstring):
-    progress, gradient spikes, gradient ratio; on the knobs: update ratio, forward gain,
+    """Fill ``states`` and ``features`` with the run-level evidence (this module's docstring).
+
+    Progress, gradient spikes, gradient ratio; on the knobs: update ratio, forward gain,
     input magnitude.
     """
     steps = trace.steps

@@ -193,7 +193,9 @@ _STRENGTH_TRUST: dict[str, float] = {"weak": 0.55, "moderate": 0.65, "strong": 0
 def _cause_emission(produce: dict[str, float], by_mode: dict[str, Any],
                     ft_states: tuple[str, ...], kind: str, where: tuple[str, ...],
                     states: tuple[str, ...]) -> np.ndarray:
-    """P(slice state | root cause) from the rules: the signatures of the failure modes the
+    """P(slice state | root cause) from the rules.
+
+    The signatures of the failure modes the
     cause produces, mixed by the cause's weights (a 0.02 floor for the others).
     """
     mix = _normalised(produce, ft_states, 0.02)
@@ -204,8 +206,10 @@ def _cause_emission(produce: dict[str, float], by_mode: dict[str, Any],
 def _failure_row(last: dict[str, str], where_of: dict[str, tuple[str, ...]],
                  states: dict[str, tuple[str, ...]], by_mode: dict[str, Any],
                  ft_states: tuple[str, ...]) -> np.ndarray:
-    """Prior P(failure type | the last slice's states): the failure modes' signatures
-    inverted by Bayes' rule under a uniform prior over failure types (the failure type is
+    """Prior P(failure type | the last slice's states).
+
+    The failure modes' signatures inverted by Bayes' rule under a uniform prior over failure types
+    (the failure type is
     what those states end in, so it is their child).
     """
     score = np.ones(len(ft_states))
@@ -220,7 +224,9 @@ def _failure_row(last: dict[str, str], where_of: dict[str, tuple[str, ...]],
 def _rule_nodes(states: dict[str, tuple[str, ...]], parents: dict[str, tuple[str, ...]],
                 roles: dict[str, str], rows: dict[str, Any], ft_states: tuple[str, ...],
                 rc_states: tuple[str, ...], rule_trust: float) -> None:
-    """The rules' verdict as three nodes: how strongly they back their top hypothesis
+    """The rules' verdict as three nodes.
+
+    How strongly they back their top hypothesis
     (``rule_strength`` <- failure_type), the failure type it names (``rule_failure`` <-
     failure_type, rule_strength) and its cause (``rule_cause`` <- root_cause, rule_failure).
 
