@@ -296,7 +296,7 @@ def _faults_under(reasoner: ProbabilisticReasoner, faults: list[str],
             w = float(values[idx])
             if w < 1e-9:
                 continue
-            state = {v: names[v][i] for v, i in zip(order, idx)}
+            state = {v: names[v][i] for v, i in zip(order, idx, strict=False)}
             f = int(state[fault] == "yes")
             present += w * f
             p = _p_yes(cpd, {**observed, **{h: state[h] for h in hidden}})
@@ -331,7 +331,7 @@ class _Table:
     def column(self, assignment: dict[str, str]) -> np.ndarray:
         """P(node | parents = assignment)."""
         col = 0
-        for p, card in zip(self.parents, self.cards):
+        for p, card in zip(self.parents, self.cards, strict=False):
             col = col * card + self.index[p][assignment[p]]
         return self.values[:, col]
 
@@ -408,7 +408,7 @@ def _inverse_cdf(table: _Table, cols: np.ndarray, noise: np.ndarray) -> np.ndarr
 def _columns(table: _Table, known: dict[str, np.ndarray], n: int) -> np.ndarray:
     """Each sample's parent-configuration column of ``table`` (``known``: state indices)."""
     cols = np.zeros(n, dtype=np.int64)
-    for p, card in zip(table.parents, table.cards):
+    for p, card in zip(table.parents, table.cards, strict=False):
         cols = cols * card + known[p]
     return cols
 
@@ -446,7 +446,7 @@ def _root_cause_under(reasoner: ProbabilisticReasoner, cause: str, q_new: dict[s
     if p_rc.sum() <= 0:
         return {cause: 1.0}
     p_rc = (1.0 - stay) * p_rc / p_rc.sum()
-    out = {n: float(v) for n, v in zip(names, p_rc) if v > 1e-9}
+    out = {n: float(v) for n, v in zip(names, p_rc, strict=False) if v > 1e-9}
     out[cause] = out.get(cause, 0.0) + stay
     return out
 
@@ -581,8 +581,8 @@ def what_if(reasoner: ProbabilisticReasoner, trace: Trace, **knobs: Any) -> Coun
         p_failure_factual=float(1.0 - factual[healthy]),
         p_failure=float(1.0 - predicted[healthy]),
         failure_type=str(classes[int(np.argmax(predicted))]),
-        p_failure_types={c: float(p) for c, p in zip(classes, predicted)},
-        p_failure_types_factual={c: float(p) for c, p in zip(classes, factual)},
+        p_failure_types={c: float(p) for c, p in zip(classes, predicted, strict=False)},
+        p_failure_types_factual={c: float(p) for c, p in zip(classes, factual, strict=False)},
         metadata={
             "method": _METHOD,
             "abduction": abduction,
@@ -624,7 +624,7 @@ def _twin(reasoner: ProbabilisticReasoner, faults: list[str], evidence: dict[str
     shift = np.zeros(len(classes))
     abduction: dict[str, Any] = {"root_cause": {}, "p_fault": {}}
     prediction: dict[str, Any] = {"p_fault": {}, "root_cause": {}, "p_failure": {}}
-    for cause, weight in zip(names["root_cause"], values):
+    for cause, weight in zip(names["root_cause"], values, strict=False):
         weight = float(weight)
         if weight < _MIN_STRATUM:
             continue

@@ -11,7 +11,7 @@ import math
 from typing import Any
 
 from causal_models.registry import KNOB_NODES, list_root_causes
-from causal_models.structure import LEVEL_NODES, LEVEL_WIDTH, NO_CAUSE
+from causal_models.structure import LEVEL_NODES, LEVEL_WIDTH, NO_CAUSE, unmodelled_causes
 from neuraldbg.records import HEALTHY
 
 __all__ = ["training_labels", "level_index"]
@@ -79,7 +79,7 @@ def training_labels(ground_truth: dict[str, Any]) -> dict[str, str]:
     dict of str to str
     """
     causes = list_root_causes()
-    names = {c.name for c in causes}
+    names = {c.name for c in causes} | set(unmodelled_causes())
     failure = ground_truth.get("failure_type") or HEALTHY
     cause = ground_truth.get("root_cause") or NO_CAUSE
     if failure == HEALTHY:

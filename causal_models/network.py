@@ -33,8 +33,7 @@ from causal_models.evidence import RULE_NO_CAUSE, observe_knobs, observe_stack, 
 from causal_models.labels import training_labels
 from causal_models.origin import locate_origin
 from causal_models.placement import fit_placement
-from causal_models.registry import list_root_causes
-from causal_models.structure import NO_CAUSE, build_structure
+from causal_models.structure import NO_CAUSE, build_structure, root_cause_states
 from causal_models.support import table_support
 from neuraldbg.errors import NotFittedError
 from neuraldbg.knobs import KNOBS
@@ -264,7 +263,7 @@ class ProbabilisticReasoner:
     def _cause_states(self) -> tuple[str, ...]:
         if hasattr(self, "structure_"):
             return self.structure_.states["root_cause"]
-        return (NO_CAUSE, *(c.name for c in list_root_causes()))
+        return root_cause_states()
 
     def fit(self, traces: Iterable[Trace], y: None = None) -> ProbabilisticReasoner:
         """Fit the conditional tables on failure-zoo traces.

@@ -62,9 +62,12 @@ from causal_models.registry import (
 )
 from neuraldbg.knobs import KNOBS
 from neuraldbg.records import HEALTHY
+from neuraldbg.records import root_causes as vocabulary_root_causes
 
 __all__ = [
     "Structure",
+    "unmodelled_causes",
+    "root_cause_states",
     "build_structure",
     "LEVEL_NODES",
     "LEVEL_WIDTH",
@@ -124,6 +127,24 @@ _ROOT_PRIOR: dict[str, dict[str, float]] = {
 }
 
 
+def unmodelled_causes() -> list[str]:
+    """Causes of the vocabulary with no registered fault fragment.
+
+    Bugs in the training code (a forgotten ``zero_grad()``, a softmax before a logits loss,
+    a detached tensor, ...) that no knob drives: they are states of ``root_cause`` without a
+    fault node, so they act on the layer states like any cause, the rules' verdict senses
+    them, and the data give them their tables (the rules give no signature: every failure
+    type is equally likely a priori). Read from the vocabulary at call time.
+    """
+    known = {c.name for c in list_root_causes()}
+    return [c for c in vocabulary_root_causes() if c not in known]
+
+
+def root_cause_states() -> tuple[str, ...]:
+    """States of ``root_cause``: no cause, the registered causes, the unmodelled ones."""
+    return (NO_CAUSE, *(c.name for c in list_root_causes()), *unmodelled_causes())
+
+
 @dataclass(frozen=True, slots=True)
 class Structure:
     """Nodes, states, parents, roles and Dirichlet pseudo-counts of the network.
@@ -172,7 +193,7 @@ def _table(node: str, states: tuple[str, ...], parents: tuple[str, ...],
            all_states: dict[str, tuple[str, ...]], row: Any, strength: float) -> np.ndarray:
     """Pseudo-counts from ``row(**parent_states) -> probabilities over states``."""
     configs = list(itertools.product(*(all_states[p] for p in parents))) if parents else [()]
-    cols = [np.asarray(row(**dict(zip(parents, cfg))), dtype=float) for cfg in configs]
+    cols = [np.asarray(row(**dict(zip(parents, cfg, strict=False))), dtype=float) for cfg in configs]
     arr = np.stack(cols, axis=1)
     arr = arr / arr.sum(axis=0, keepdims=True)
     return strength * arr
@@ -200,7 +221,7 @@ def _cause_emission(produce: dict[str, float], by_mode: dict[str, Any],
     """
     mix = _normalised(produce, ft_states, 0.02)
     return sum(w * np.array(by_mode[ft].weights(kind, where, states))
-               for ft, w in zip(ft_states, mix))
+               for ft, w in zip(ft_states, mix, strict=False))
 
 
 def _failure_row(last: dict[str, str], where_of: dict[str, tuple[str, ...]],
@@ -361,7 +382,7 @@ def build_structure(*, n_slices: int = 4, n_blocks: int = 3, prior_strength: flo
     # Root cause: the present fault with the highest priority (split by priority).
     fault_nodes = tuple(sorted(c.fault_node for c in causes))
     by_fault = {c.fault_node: c for c in causes}
-    rc_states = tuple([NO_CAUSE] + [c.name for c in causes])
+    rc_states = root_cause_states()
     states["root_cause"], parents["root_cause"], roles["root_cause"] = rc_states, fault_nodes, \
         "root_cause"
 
@@ -375,6 +396,8 @@ def build_structure(*, n_slices: int = 4, n_blocks: int = 3, prior_strength: flo
     ft_states = tuple(m.name for m in modes)
     produce = {c.name: dict(c.failure_types) for c in causes}
     produce[NO_CAUSE] = {HEALTHY: 1.0}
+    for name in unmodelled_causes():  # no signature: the data decide
+        produce[name] = {ft: 1.0 for ft in ft_states if ft != HEALTHY}
     by_mode = {m.name: m for m in modes}
     # The rules' verdict: a graded sensor of the failure type and of the cause.
     if rule_evidence:
