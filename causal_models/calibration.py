@@ -300,7 +300,7 @@ def fit_calibrator(method: Literal["temperature", "isotonic", "none"], probs: np
             for eps in epsilons:
                 mixed = (1.0 - eps) * tempered + eps / k
                 for shrink in shrinks:
-                    q = mixed if shrink == 0 else _shrink_healthy(mixed, int(healthy), shrink)
+                    q = mixed if shrink == 0 else _shrink_healthy(mixed, int(healthy or 0), shrink)
                     gap = expected_calibration_error(q, y)
                     if healthy is not None:
                         label, conf = verdict(q, healthy)
@@ -319,10 +319,11 @@ def fit_calibrator(method: Literal["temperature", "isotonic", "none"], probs: np
         best_acc = max(c[0] for c in candidates)
         kept = [c for c in candidates if c[0] >= best_acc - 1e-12]
         floor = min(c[1] for c in kept) + 1.0 / len(y)
-        *_, t, eps, shrink = min((c for c in kept if c[1] <= floor), key=lambda c: (c[2], c[1]))
-        return Calibrator("temperature", temperature=t, epsilon=eps, n_fit=int(len(y)),
+        *_, best_t, best_eps, best_shrink = min((c for c in kept if c[1] <= floor),
+                                                key=lambda c: (c[2], c[1]))
+        return Calibrator("temperature", temperature=best_t, epsilon=best_eps, n_fit=int(len(y)),
                           healthy=-1 if healthy is None else int(healthy),
-                          healthy_shrink=shrink)
+                          healthy_shrink=best_shrink)
     from sklearn.isotonic import IsotonicRegression
 
     tables = []

@@ -157,7 +157,7 @@ def observe_knobs(trace: Trace, bins: Bins | None = None) -> dict[str, str]:
         standardized = str(norm_in).lower() not in ("none", "raw", "false", "")
         input_config = ("standardized" if standardized and scale_in <= bins.input_scale_raw
                         else "raw")
-    lr_steps = trace.steps["lr"].to_numpy(dtype=float) if "lr" in trace.steps else []
+    lr_steps = trace.steps["lr"].to_numpy(dtype=float) if "lr" in trace.steps else np.zeros(0)
     lr_steps = lr_steps[np.isfinite(lr_steps) & (lr_steps > 0)] if len(lr_steps) else lr_steps
     spike = len(lr_steps) > 0 and lr_steps.max() > bins.lr_spike_factor * np.median(lr_steps)
     return {"activation": activation, "normalization": normalization, "clipping": clipping,

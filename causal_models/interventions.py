@@ -111,15 +111,18 @@ class Counterfactual:
         return cls(**data)
 
 
+_CAUSAL: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+
+
 def _causal_inference(reasoner: ProbabilisticReasoner) -> Any:
-    cached = getattr(reasoner, "_causal", None)
+    """The fitted network's pgmpy ``CausalInference``, built once per network."""
+    cached = _CAUSAL.get(reasoner.network_)
     if cached is None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             from pgmpy.inference import CausalInference
 
-            cached = CausalInference(reasoner.network_)
-        reasoner._causal = cached
+            cached = _CAUSAL[reasoner.network_] = CausalInference(reasoner.network_)
     return cached
 
 
@@ -565,8 +568,10 @@ def what_if(reasoner: ProbabilisticReasoner, trace: Trace, **knobs: Any) -> Coun
     no_op = not (moves or acted)
     raw = reasoner.raw_proba(trace)
     faults = sorted(n for n, r in roles.items() if r == "fault")
+    abduction: dict[str, Any] = {}
+    prediction: dict[str, Any] = {}
     if no_op:
-        shift, abduction, prediction = np.zeros(len(classes)), {}, {}
+        shift = np.zeros(len(classes))
     else:
         shift, abduction, prediction = _twin(reasoner, faults, evidence, acted, moves, latent,
                                              features)

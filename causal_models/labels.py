@@ -53,7 +53,7 @@ def _severity_factor(ground_truth: dict[str, Any]) -> float:
     nums = [v for v in (sev, default, base) if isinstance(v, (int, float))]
     if len(nums) < 3 or min(nums) <= 0 or default == base:
         return 0.0 if (sev is not None and sev == base) else 1.0
-    return math.log(sev / base) / math.log(default / base)
+    return math.log(float(sev) / float(base)) / math.log(float(default) / float(base))  # type: ignore[arg-type]
 
 
 def training_labels(ground_truth: dict[str, Any]) -> dict[str, str]:

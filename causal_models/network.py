@@ -65,9 +65,11 @@ def _pgmpy(*, estimators: bool = True) -> Any:
         import pgmpy.models as models
         from pgmpy.factors.discrete import TabularCPD
 
-        est = None
+        est: Any = None
         if estimators:
-            import pgmpy.estimators as est
+            import pgmpy.estimators
+
+            est = pgmpy.estimators
     return models, est, inf, TabularCPD
 
 
@@ -174,6 +176,9 @@ class ProbabilisticReasoner:
     >>> reasoner.explain(trace)[0].root_cause                     # doctest: +SKIP
     'learning_rate_too_high'
     """
+
+    #: Seconds :func:`causal_models.load_default_model` took to read the model (set there).
+    load_seconds_: float
 
     def __init__(self, *, n_slices: int = 2, n_blocks: int = 2, prior_strength: float = 20.0,
                  persistence: float = 4.0, coupling: float = 2.0,

@@ -74,8 +74,9 @@ def model_from_dict(cls: type[ProbabilisticReasoner], data: dict[str, Any]
     params = dict(data["params"])
     if params.get("bins") is not None:
         b = params["bins"]
-        params["bins"] = Bins(**{k: tuple(v) if isinstance(v, list) else v
-                                 for k, v in b.items()})
+        fields: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v
+                                  for k, v in b.items()}
+        params["bins"] = Bins(**fields)
     reasoner = cls(**params)
     models, _, _, TabularCPD = _pgmpy(estimators=False)
     states = {n: tuple(v) for n, v in data["states"].items()}

@@ -193,7 +193,8 @@ def _table(node: str, states: tuple[str, ...], parents: tuple[str, ...],
            all_states: dict[str, tuple[str, ...]], row: Any, strength: float) -> np.ndarray:
     """Pseudo-counts from ``row(**parent_states) -> probabilities over states``."""
     configs = list(itertools.product(*(all_states[p] for p in parents))) if parents else [()]
-    cols = [np.asarray(row(**dict(zip(parents, cfg, strict=False))), dtype=float) for cfg in configs]
+    cols = [np.asarray(row(**dict(zip(parents, cfg, strict=False))), dtype=float)
+            for cfg in configs]
     arr = np.stack(cols, axis=1)
     arr = arr / arr.sum(axis=0, keepdims=True)
     return strength * arr
@@ -356,7 +357,8 @@ def build_structure(*, n_slices: int = 4, n_blocks: int = 3, prior_strength: flo
         steady = node in _STEADY_RATE_EVIDENCE
         parents[node] = tuple(sorted((parent, *signs, *(("lr_schedule",) if steady else ()))))
 
-        def evidence_row(_t=table, _s=sts, _p=parent, _signs=signs, **kw: str) -> np.ndarray:
+        def evidence_row(_t: Any = table, _s: Any = sts, _p: Any = parent, _signs: Any = signs,
+                         **kw: str) -> np.ndarray:
             # the knob level's table, joined (state-wise max) with the signs of the faults
             # present: either may produce the evidence
             weights = dict(_t[kw[_p]])
@@ -409,7 +411,7 @@ def build_structure(*, n_slices: int = 4, n_blocks: int = 3, prior_strength: flo
         states[node], roles[node] = sts, "run_evidence"
         parents[node] = tuple(sorted(("failure_type", *signs)))
 
-        def run_row(_n=node, _s=sts, _signs=signs, **kw: str) -> np.ndarray:
+        def run_row(_n: Any = node, _s: Any = sts, _signs: Any = signs, **kw: str) -> np.ndarray:
             # the failure mode's signature, joined (state-wise max, on its own scale) with
             # the signs of the faults present: a fault may produce this evidence whatever
             # the failure it shows (bursts from a missing clip under a stalled loss)
@@ -444,7 +446,8 @@ def build_structure(*, n_slices: int = 4, n_blocks: int = 3, prior_strength: flo
                 prev = slice_node(kind, t - 1, b) if t > 0 else None
                 states[node], parents[node], roles[node] = sts, tuple(sorted(ps)), "slice"
 
-                def slice_row(_k=kind, _w=where, _s=sts, _prev=prev, _nb=neighbour,
+                def slice_row(_k: Any = kind, _w: Any = where, _s: Any = sts, _prev: Any = prev,
+                              _nb: Any = neighbour,
                               **kw: str) -> np.ndarray:
                     base = _cause_emission(produce[kw["root_cause"]], by_mode, ft_states,
                                            _k, _w, _s)
@@ -467,7 +470,7 @@ def build_structure(*, n_slices: int = 4, n_blocks: int = 3, prior_strength: flo
     ft_parents.append(lead)
     states["failure_type"], roles["failure_type"] = ft_states, "failure_type"
     parents["failure_type"] = tuple(sorted(ft_parents))
-    where_of = {n: ("late",) if n.startswith("loss") else (
+    where_of: dict[str, tuple[str, ...]] = {n: ("late",) if n.startswith("loss") else (
         "late", "output" if n.endswith(f"[{n_blocks - 1}]@{last}") else "input")
         for n in ft_parents}
     where_of[lead] = ("early" if last - 1 < max(1, n_slices - 2) else "late", "output")
