@@ -55,7 +55,7 @@ from causal_models import placement
 from causal_models.discretize import slice_node
 from causal_models.evidence import sigmoid_decay_state
 from causal_models.registry import KNOB_NODES
-from causal_models.structure import LEVEL_NODES, LEVEL_WIDTH
+from causal_models.structure import LEVEL_NODES, LEVEL_WIDTH, NO_CAUSE
 from neuraldbg.knobs import validate_knobs
 from neuraldbg.records import HEALTHY
 from neuraldbg.trace import Trace
@@ -319,6 +319,16 @@ def _faults_under(reasoner: ProbabilisticReasoner, faults: list[str],
     return q_new, q_old
 
 
+#: Node kind -> its states from the best outcome to the worst, the order of the canonical
+#: inverse-CDF mechanism (states not named keep their order after these).
+_SEVERITY: dict[str, tuple[str, ...]] = {
+    "loss": ("low", "decreasing", "flat", "rising", "nonfinite"),
+    "grad": ("healthy", "vanishing", "exploding", "nonfinite"),
+    "act": ("normal", "saturated", "dead", "anomalous"),
+    "failure_type": ("healthy",),
+}
+
+
 class _Table:
     """A conditional table as a plain array, for the counterfactual's many column reads."""
 
@@ -330,6 +340,12 @@ class _Table:
         self.index = {p: {s: i for i, s in enumerate(cpd.state_names[p])}
                       for p in self.parents}
         self.cards = [len(cpd.state_names[p]) for p in self.parents]
+        # the inverse CDF runs over the states from the best outcome to the worst, so the
+        # abducted noise is how lucky the run was, kept across worlds
+        ranked = [s for s in _SEVERITY.get(self.node.split("@")[0].split("[")[0], ())
+                  if s in self.states]
+        ranked += [s for s in self.states if s not in ranked]
+        self.order = np.array([self.states.index(s) for s in ranked])
 
     def column(self, assignment: dict[str, str]) -> np.ndarray:
         """P(node | parents = assignment)."""
@@ -345,8 +361,8 @@ class _Table:
         state order): the
         interval of ``U`` that gives ``state`` under the factual ``assignment``.
         """
-        probs = self.column(assignment)
-        i = self.states.index(state)
+        probs = self.column(assignment)[self.order]
+        i = int(np.flatnonzero(self.order == self.states.index(state))[0])
         lo = float(probs[:i].sum())
         return lo, lo + float(probs[i])
 
@@ -356,14 +372,18 @@ class _Table:
         Its noise is uniform on the abducted ``interval``: the share of the interval each
         state's inverse-CDF range covers.
         """
-        probs = self.column(assignment)
+        probs = self.column(assignment)[self.order]
         hi_edges = np.cumsum(probs)
         lo_edges = hi_edges - probs
         lo, hi = interval
         if hi - lo <= 1e-15:
-            return np.where((lo_edges <= lo) & (lo < hi_edges), 1.0, 0.0)
-        overlap = np.clip(np.minimum(hi, hi_edges) - np.maximum(lo, lo_edges), 0.0, None)
-        return overlap / overlap.sum()
+            share = np.where((lo_edges <= lo) & (lo < hi_edges), 1.0, 0.0)
+        else:
+            overlap = np.clip(np.minimum(hi, hi_edges) - np.maximum(lo, lo_edges), 0.0, None)
+            share = overlap / overlap.sum()
+        out = np.zeros(len(self.states))
+        out[self.order] = share
+        return out
 
 
 _TABLES: weakref.WeakKeyDictionary[Any, dict[str, _Table]] = weakref.WeakKeyDictionary()
@@ -404,8 +424,9 @@ def _stratified(rng: np.random.Generator, n: int) -> np.ndarray:
 
 def _inverse_cdf(table: _Table, cols: np.ndarray, noise: np.ndarray) -> np.ndarray:
     """State indices ``F^-1(U | parents)`` for each sample's parent column and noise."""
-    cum = np.cumsum(table.values[:, cols].T, axis=1)
-    return np.minimum((noise[:, None] >= cum).sum(axis=1), len(table.states) - 1)
+    cum = np.cumsum(table.values[table.order][:, cols].T, axis=1)
+    ranked = np.minimum((noise[:, None] >= cum).sum(axis=1), len(table.states) - 1)
+    return table.order[ranked]
 
 
 def _columns(table: _Table, known: dict[str, np.ndarray], n: int) -> np.ndarray:
@@ -446,6 +467,11 @@ def _root_cause_under(reasoner: ProbabilisticReasoner, cause: str, q_new: dict[s
     p_rc = rc_cpd.get_values() @ weights
     names = list(rc_cpd.state_names["root_cause"])
     p_rc[names.index(cause)] = 0.0
+    # a cause without a fault node (a bug in the training code) is exogenous: no knob
+    # drives it, so an action can remove the run's cause but never put such a bug in
+    for i, name in enumerate(names):
+        if f"fault:{name}" not in q_new and name != NO_CAUSE:
+            p_rc[i] = 0.0
     if p_rc.sum() <= 0:
         return {cause: 1.0}
     p_rc = (1.0 - stay) * p_rc / p_rc.sum()
@@ -483,8 +509,9 @@ def _failure_under(reasoner: ProbabilisticReasoner, evidence: dict[str, str],
     probs = np.asarray(p_ft, dtype=float)[order]
     drawn = np.minimum(np.searchsorted(np.cumsum(probs / probs.sum()), _stratified(rng, n),
                                        side="right"), len(probs) - 1)
-    column = ft.column({p: evidence[p] for p in ft.parents})
-    noise_ft = (np.cumsum(column) - column)[drawn] + rng.random(n) * column[drawn]
+    factual = {p: evidence[p] for p in ft.parents}
+    bounds = np.array([ft.noise_interval(state, factual) for state in ft.states])
+    noise_ft = bounds[drawn, 0] + rng.random(n) * (bounds[drawn, 1] - bounds[drawn, 0])
     observed = {p: np.full(n, idx[evidence[p]], dtype=np.int64)
                 for table in map(lambda x: _table(network, x), [*nodes, "failure_type"])
                 for p, idx in table.index.items() if p in evidence}
