@@ -319,16 +319,6 @@ def _faults_under(reasoner: ProbabilisticReasoner, faults: list[str],
     return q_new, q_old
 
 
-#: Node kind -> its states from the best outcome to the worst, the order of the canonical
-#: inverse-CDF mechanism (states not named keep their order after these).
-_SEVERITY: dict[str, tuple[str, ...]] = {
-    "loss": ("low", "decreasing", "flat", "rising", "nonfinite"),
-    "grad": ("healthy", "vanishing", "exploding", "nonfinite"),
-    "act": ("normal", "saturated", "dead", "anomalous"),
-    "failure_type": ("healthy",),
-}
-
-
 class _Table:
     """A conditional table as a plain array, for the counterfactual's many column reads."""
 
@@ -340,12 +330,10 @@ class _Table:
         self.index = {p: {s: i for i, s in enumerate(cpd.state_names[p])}
                       for p in self.parents}
         self.cards = [len(cpd.state_names[p]) for p in self.parents]
-        # the inverse CDF runs over the states from the best outcome to the worst, so the
-        # abducted noise is how lucky the run was, kept across worlds
-        ranked = [s for s in _SEVERITY.get(self.node.split("@")[0].split("[")[0], ())
-                  if s in self.states]
-        ranked += [s for s in self.states if s not in ranked]
-        self.order = np.array([self.states.index(s) for s in ranked])
+        # the canonical inverse CDF runs over the states in their declared order (measured:
+        # ordering them from the best outcome to the worst fixed dead_relu_high_lr's rate
+        # fix but broke three re-run checks of a small model, docs/design-notes.md)
+        self.order = np.arange(len(self.states))
 
     def column(self, assignment: dict[str, str]) -> np.ndarray:
         """P(node | parents = assignment)."""
