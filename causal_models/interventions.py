@@ -111,19 +111,30 @@ class Counterfactual:
         return cls(**data)
 
 
-_CAUSAL: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+# Per-network caches, keyed by the network object's identity: pgmpy's DAG hashes and compares
+# by structure, so two fitted models with the same graph (every fold of a benchmark) would
+# share a WeakKeyDictionary entry and answer with each other's tables.
+_CACHES: dict[int, dict[str, Any]] = {}
+
+
+def _cache(network: Any) -> dict[str, Any]:
+    key = id(network)
+    if key not in _CACHES:
+        _CACHES[key] = {}
+        weakref.finalize(network, _CACHES.pop, key, None)
+    return _CACHES[key]
 
 
 def _causal_inference(reasoner: ProbabilisticReasoner) -> Any:
     """The fitted network's pgmpy ``CausalInference``, built once per network."""
-    cached = _CAUSAL.get(reasoner.network_)
-    if cached is None:
+    cache = _cache(reasoner.network_)
+    if "causal" not in cache:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             from pgmpy.inference import CausalInference
 
-            cached = _CAUSAL[reasoner.network_] = CausalInference(reasoner.network_)
-    return cached
+            cache["causal"] = CausalInference(reasoner.network_)
+    return cache["causal"]
 
 
 def _query_do(reasoner: ProbabilisticReasoner, do: dict[str, str],
@@ -374,11 +385,8 @@ class _Table:
         return out
 
 
-_TABLES: weakref.WeakKeyDictionary[Any, dict[str, _Table]] = weakref.WeakKeyDictionary()
-
-
 def _table(network: Any, node: str) -> _Table:
-    tables = _TABLES.setdefault(network, {})
+    tables = _cache(network).setdefault("tables", {})
     if node not in tables:
         tables[node] = _Table(network.get_cpds(node))
     return tables[node]
