@@ -341,10 +341,6 @@ class _Table:
         self.index = {p: {s: i for i, s in enumerate(cpd.state_names[p])}
                       for p in self.parents}
         self.cards = [len(cpd.state_names[p]) for p in self.parents]
-        # the canonical inverse CDF runs over the states in their declared order (measured:
-        # ordering them from the best outcome to the worst fixed dead_relu_high_lr's rate
-        # fix but broke three re-run checks of a small model, docs/design-notes.md)
-        self.order = np.arange(len(self.states))
 
     def column(self, assignment: dict[str, str]) -> np.ndarray:
         """P(node | parents = assignment)."""
@@ -360,8 +356,8 @@ class _Table:
         state order): the
         interval of ``U`` that gives ``state`` under the factual ``assignment``.
         """
-        probs = self.column(assignment)[self.order]
-        i = int(np.flatnonzero(self.order == self.states.index(state))[0])
+        probs = self.column(assignment)
+        i = self.states.index(state)
         lo = float(probs[:i].sum())
         return lo, lo + float(probs[i])
 
@@ -371,7 +367,7 @@ class _Table:
         Its noise is uniform on the abducted ``interval``: the share of the interval each
         state's inverse-CDF range covers.
         """
-        probs = self.column(assignment)[self.order]
+        probs = self.column(assignment)
         hi_edges = np.cumsum(probs)
         lo_edges = hi_edges - probs
         lo, hi = interval
@@ -380,9 +376,7 @@ class _Table:
         else:
             overlap = np.clip(np.minimum(hi, hi_edges) - np.maximum(lo, lo_edges), 0.0, None)
             share = overlap / overlap.sum()
-        out = np.zeros(len(self.states))
-        out[self.order] = share
-        return out
+        return share
 
 
 def _table(network: Any, node: str) -> _Table:
@@ -420,9 +414,8 @@ def _stratified(rng: np.random.Generator, n: int) -> np.ndarray:
 
 def _inverse_cdf(table: _Table, cols: np.ndarray, noise: np.ndarray) -> np.ndarray:
     """State indices ``F^-1(U | parents)`` for each sample's parent column and noise."""
-    cum = np.cumsum(table.values[table.order][:, cols].T, axis=1)
-    ranked = np.minimum((noise[:, None] >= cum).sum(axis=1), len(table.states) - 1)
-    return table.order[ranked]
+    cum = np.cumsum(table.values[:, cols].T, axis=1)
+    return np.minimum((noise[:, None] >= cum).sum(axis=1), len(table.states) - 1)
 
 
 def _columns(table: _Table, known: dict[str, np.ndarray], n: int) -> np.ndarray:
