@@ -109,13 +109,7 @@ def _left_in_eval(model: nn.Module) -> None:
     model.eval()
 
 
-@register_script("left_in_eval", setup=_left_in_eval,
-                 description="model.eval() before the loop and no model.train(): BatchNorm "
-                 "normalises with its initial running statistics (mean 0, variance 1)")
-def _eval_mode(model, opt, loss_fn, x, y, clip, t, period):  # noqa: ANN001, ANN202, ARG001
-    opt.zero_grad()
-    loss = loss_fn(model(x), y)
-    loss.backward()
-    clip()
-    opt.step()
-    return loss
+# the loop itself is the standard one: the bug is the missing model.train() before it
+register_script("left_in_eval", setup=_left_in_eval,
+                description="model.eval() before the loop and no model.train(): BatchNorm "
+                "normalises with its initial running statistics (mean 0, variance 1)")(_standard)
