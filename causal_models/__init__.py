@@ -23,6 +23,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+# the default failure modes and root causes, registered first (as an extension registers its own)
+from causal_models import defaults as _defaults  # noqa: F401  (registers on import)
+from causal_models.bins import Bins
 from causal_models.calibration import (
     Calibrator,
     brier_score,
@@ -30,7 +33,7 @@ from causal_models.calibration import (
     expected_calibration_error,
     negative_log_likelihood,
 )
-from causal_models.discretize import Bins, Discretized, discretize
+from causal_models.discretize import Discretized, discretize
 from causal_models.export import cpd_frame, cpd_frames, to_mermaid, to_networkx
 from causal_models.interventions import Counterfactual, intervene, what_if
 from causal_models.network import ProbabilisticReasoner

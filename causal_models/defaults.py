@@ -1,8 +1,8 @@
 """The default failure modes and root causes: the rules the network's priors come from.
 
 Registered through :mod:`causal_models.registry`'s public decorators, exactly as a
-researcher's extension is; :mod:`causal_models.registry` imports this module once, so the
-defaults are registered whenever the registry is.
+researcher's extension is. The package's ``__init__`` imports this module before anything
+else, so the defaults are registered whenever any part of ``causal_models`` is imported.
 
 Each failure mode's *signature* says what it does to the discrete states of
 :mod:`causal_models.discretize`; each root cause's *rule* is the prior probability of its

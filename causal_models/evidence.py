@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from causal_models.discretize import NORMALIZATION_STATES, Bins
+from causal_models.bins import NORMALIZATION_STATES, Bins
 from neuraldbg.trace import Trace
 
 __all__ = ["observe_knobs", "observe_stack", "sigmoid_decay", "clip_share", "clipping_state",

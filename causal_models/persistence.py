@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from causal_models.bins import Bins
 from causal_models.calibration import Calibrator
-from causal_models.discretize import Bins
 from causal_models.structure import Structure
 from causal_models.support import SUPPORT_COLUMNS
 

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from neuraldbg.records import extend_vocabulary, retract_vocabulary
+from neuraldbg.registry_base import Registry, UnknownNameError
 
 __all__ = [
     "FailureMode",
@@ -181,12 +182,8 @@ class RootCause:
 
 
 _SIGNATURE_KINDS = ("grad", "act", "loss", "progress", "spikes", "grad_ratio")
-_FAILURE_MODES: dict[str, FailureMode] = {}
-_ROOT_CAUSES: dict[str, RootCause] = {}
-
-
-def _known(kind: str) -> list[str]:
-    return sorted(_FAILURE_MODES) if kind == "failure mode" else sorted(_ROOT_CAUSES)
+_FAILURE_MODES: Registry[FailureMode] = Registry("failure mode")
+_ROOT_CAUSES: Registry[RootCause] = Registry("root cause")
 
 
 def register_failure_mode(
@@ -212,20 +209,19 @@ def register_failure_mode(
 
     Raises
     ------
+    DuplicateNameError
+        If ``name`` is already registered (a ``ValueError``).
     ValueError
-        If ``name`` is already registered or the signature names an unknown node kind.
+        If the signature names an unknown node kind.
     """
-    if name in _FAILURE_MODES:
-        raise ValueError(
-            f"Failure mode {name!r} is already registered. Known failure modes: "
-            f"{_known('failure mode')}. Pick a new name or unregister({name!r}) first.")
+    _FAILURE_MODES.check_new(name)
     for key in signature:
         kind = key.split(".")[0]
         if kind not in _SIGNATURE_KINDS:
             raise ValueError(f"Signature key {key!r} of failure mode {name!r} must start with "
                              f"one of {list(_SIGNATURE_KINDS)} (e.g. 'grad.input.late').")
-    mode = FailureMode(name, dict(signature), description, family, floor)
-    _FAILURE_MODES[name] = mode
+    mode = _FAILURE_MODES.add(name, FailureMode(name, dict(signature), description, family,
+                                                floor))
     extend_vocabulary(failure_types=(name,))
     return mode
 
@@ -260,13 +256,12 @@ def register_root_cause(
 
     Raises
     ------
+    DuplicateNameError
+        If ``name`` is taken (a ``ValueError``).
     ValueError
-        If ``name`` is taken, a parent is unknown, or a failure type is not registered.
+        If a parent is unknown or a failure type is not registered.
     """
-    if name in _ROOT_CAUSES:
-        raise ValueError(
-            f"Root cause {name!r} is already registered. Known root causes: "
-            f"{_known('root cause')}. Pick a new name or unregister({name!r}) first.")
+    _ROOT_CAUSES.check_new(name)
     traits = dict(traits or {})
     known_nodes = {**KNOB_NODES, **CONTEXT_NODES, **traits}
     for rc in _ROOT_CAUSES.values():
@@ -278,12 +273,12 @@ def register_root_cause(
     for ft in failure_types:
         if ft not in _FAILURE_MODES:
             raise ValueError(f"Root cause {name!r} names unknown failure mode {ft!r}. Known "
-                             f"failure modes: {_known('failure mode')}. Register it first.")
+                             f"failure modes: {sorted(_FAILURE_MODES)}. Register it first.")
 
     def decorator(rule: Callable[..., float]) -> Callable[..., float]:
-        _ROOT_CAUSES[name] = RootCause(name, rule, tuple(parents), dict(failure_types), traits,
-                                       knob, family, priority, label, description,
-                                       {k: dict(v) for k, v in (signs or {}).items()})
+        _ROOT_CAUSES.add(name, RootCause(name, rule, tuple(parents), dict(failure_types), traits,
+                                         knob, family, priority, label, description,
+                                         {k: dict(v) for k, v in (signs or {}).items()}))
         extend_vocabulary(root_causes=(name,))
         return rule
 
@@ -295,47 +290,35 @@ def unregister(name: str) -> None:
 
     Raises
     ------
-    KeyError
-        If ``name`` is neither.
+    UnknownNameError
+        If ``name`` is neither (a ``KeyError``); the message lists both kinds' names.
     """
     if name in _ROOT_CAUSES:
-        del _ROOT_CAUSES[name]
+        _ROOT_CAUSES.unregister(name)
     elif name in _FAILURE_MODES:
-        del _FAILURE_MODES[name]
+        _FAILURE_MODES.unregister(name)
     else:
-        raise KeyError(f"{name!r} is not registered. Failure modes: {_known('failure mode')}; "
-                       f"root causes: {_known('root cause')}.")
+        raise UnknownNameError(
+            f"{name!r} is not registered as a failure mode or a root cause. Known failure "
+            f"modes are: {sorted(_FAILURE_MODES)}; known root causes are: {sorted(_ROOT_CAUSES)}.")
     retract_vocabulary(name)
 
 
 def get_failure_mode(name: str) -> FailureMode:
-    """The registered failure mode ``name``; KeyError listing the known ones on a miss."""
-    try:
-        return _FAILURE_MODES[name]
-    except KeyError:
-        raise KeyError(f"Unknown failure mode {name!r}. Known failure modes: "
-                       f"{_known('failure mode')}.") from None
+    """The registered failure mode ``name``; ``UnknownNameError`` (a KeyError) on a miss."""
+    return _FAILURE_MODES.get(name)
 
 
 def get_root_cause(name: str) -> RootCause:
-    """The registered root cause ``name``; KeyError listing the known ones on a miss."""
-    try:
-        return _ROOT_CAUSES[name]
-    except KeyError:
-        raise KeyError(f"Unknown root cause {name!r}. Known root causes: "
-                       f"{_known('root cause')}.") from None
+    """The registered root cause ``name``; ``UnknownNameError`` (a KeyError) on a miss."""
+    return _ROOT_CAUSES.get(name)
 
 
 def list_failure_modes() -> list[FailureMode]:
     """Registered failure modes, the healthy state first, in registration order."""
-    return list(_FAILURE_MODES.values())
+    return _FAILURE_MODES.values()
 
 
 def list_root_causes() -> list[RootCause]:
     """Registered root causes in registration order."""
-    return list(_ROOT_CAUSES.values())
-
-
-# The default failure modes and root causes (their module registers them through the
-# decorators above, as an extension does).
-from causal_models import defaults as _defaults  # noqa: E402,F401
+    return _ROOT_CAUSES.values()

@@ -5,7 +5,7 @@ gradient norm over its median) and ``grad_ratio`` (early gradient norm of the fi
 layer over the last one's, the AutoTrainer ratio). On the knobs: ``update`` (early
 ||dW||/||W||, tells a learning-rate level), ``fwd_gain`` (activation scale across the depth at
 the first recorded step, tells an init scale) and ``input_mag`` (scale of the first layer's
-output). The thresholds are :class:`causal_models.discretize.Bins`'. Nothing here reads
+output). The thresholds are :class:`causal_models.bins.Bins`'. Nothing here reads
 ``trace.meta["ground_truth"]``.
 """
 
@@ -18,7 +18,7 @@ import numpy as np
 from neuraldbg.trace import Trace
 
 if TYPE_CHECKING:
-    from causal_models.discretize import Bins
+    from causal_models.bins import Bins
 
 __all__ = ["run_states", "log10_abs", "early_median"]
 

@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from causal_models.discretize import (
+from causal_models.bins import (
     ACT_STATES,
     GAIN_STATES,
     GRAD_RATIO_STATES,
@@ -51,8 +51,8 @@ from causal_models.discretize import (
     PROGRESS_STATES,
     SPIKE_STATES,
     UPDATE_STATES,
-    slice_node,
 )
+from causal_models.discretize import slice_node
 from causal_models.evidence import RULE_STRENGTH_STATES
 from causal_models.registry import (
     CONTEXT_NODES,

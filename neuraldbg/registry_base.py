@@ -89,7 +89,16 @@ class Registry(Generic[T]):
         """``Registry('diagnosis method': ['heuristic', ...])``."""
         return f"Registry({self.kind!r}: {self.names()})"
 
-    def _check_new(self, name: str) -> None:
+    def check_new(self, name: str) -> None:
+        """Raise unless ``name`` is free: for callers that validate before they build.
+
+        Raises
+        ------
+        DuplicateNameError
+            If ``name`` is already registered.
+        ValueError
+            If ``name`` is not a non-empty string.
+        """
         if not isinstance(name, str) or not name:
             raise ValueError(f"A {self.kind} name must be a non-empty string, got {name!r}.")
         if name in self._items:
@@ -109,7 +118,7 @@ class Registry(Generic[T]):
         ValueError
             If ``name`` is not a non-empty string.
         """
-        self._check_new(name)
+        self.check_new(name)
         self._items[name] = item
         return item
 
@@ -137,7 +146,7 @@ class Registry(Generic[T]):
         """
         if item is not None:
             return self.add(name, item)
-        self._check_new(name)
+        self.check_new(name)
 
         def decorator(obj: T) -> T:
             return self.add(name, obj)

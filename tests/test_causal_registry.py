@@ -12,6 +12,7 @@ from causal_models import registry
 from causal_models.labels import training_labels
 from causal_models.structure import build_structure
 from neuraldbg.records import FAILURE_TYPES, HEALTHY, ROOT_CAUSES
+from neuraldbg.registry_base import DuplicateNameError, UnknownNameError
 
 
 #: Causes of the contract's vocabulary that only the heuristic names so far: the causal
@@ -27,14 +28,16 @@ def test_defaults_cover_the_contract_vocabulary() -> None:
 
 
 def test_duplicates_are_rejected_and_misses_list_known_names() -> None:
-    with pytest.raises(ValueError, match="already registered.*Known root causes"):
+    with pytest.raises(DuplicateNameError,
+                       match="already registered.*registered root causes are"):
         registry.register_root_cause("learning_rate_too_high",
                                      failure_types={"loss_divergence": 1.0})(lambda: 0.1)
     with pytest.raises(ValueError, match="already registered"):
         registry.register_failure_mode("dead_neurons", signature={"act": {"dead": 1.0}})
-    with pytest.raises(KeyError, match="Known root causes: \\[.*learning_rate_too_high"):
+    with pytest.raises(UnknownNameError,
+                       match="Known root causes are: \\[.*learning_rate_too_high"):
         registry.get_root_cause("learning_rate_too_hihg")
-    with pytest.raises(KeyError, match="Known failure modes"):
+    with pytest.raises(KeyError, match="Known failure modes are"):
         registry.get_failure_mode("nan_loss")
     with pytest.raises(ValueError, match="Valid parents are"):
         registry.register_root_cause("x", parents=("no_such_node",),
