@@ -4,7 +4,8 @@ A trace is discretized into time slices and layer blocks (:mod:`.discretize`); t
 registered rules give the network's edges and Dirichlet priors (:mod:`.registry`,
 :mod:`.structure`); :class:`ProbabilisticReasoner` fits the tables on failure-zoo traces and
 answers posteriors, ``do()`` queries and counterfactual what-ifs (:mod:`.network`,
-:mod:`.interventions`), with calibrated confidences (:mod:`.calibration`).
+:mod:`.interventions`, :mod:`.counterfactuals`), with calibrated confidences
+(:mod:`.calibration`).
 
 >>> import causal_models
 >>> model = causal_models.load_default_model()                  # doctest: +SKIP
@@ -33,9 +34,10 @@ from causal_models.calibration import (
     expected_calibration_error,
     negative_log_likelihood,
 )
+from causal_models.counterfactuals import Counterfactual, what_if
 from causal_models.discretize import Discretized, discretize
 from causal_models.export import cpd_frame, cpd_frames, to_mermaid, to_networkx
-from causal_models.interventions import Counterfactual, intervene, what_if
+from causal_models.interventions import intervene
 from causal_models.network import ProbabilisticReasoner
 from causal_models.registry import (
     FailureMode,

@@ -11,20 +11,18 @@
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
 
 import networkx as nx
 import pandas as pd
 
-if TYPE_CHECKING:
-    from causal_models.network import ProbabilisticReasoner
+from causal_models.fitted import FittedModel, check_is_fitted
 
 __all__ = ["to_networkx", "to_mermaid", "cpd_frame", "cpd_frames"]
 
 
-def to_networkx(reasoner: ProbabilisticReasoner) -> nx.DiGraph:
+def to_networkx(reasoner: FittedModel) -> nx.DiGraph:
     """The fitted network's structure as a DiGraph with ``role`` and ``states`` attributes."""
-    reasoner._check_fitted()
+    check_is_fitted(reasoner)
     s = reasoner.structure_
     graph = nx.DiGraph()
     for node, states in s.states.items():
@@ -37,12 +35,12 @@ def _mermaid_id(node: str) -> str:
     return "n_" + re.sub(r"[^0-9A-Za-z_]", "_", node)
 
 
-def to_mermaid(reasoner: ProbabilisticReasoner, *, include_slices: bool = True) -> str:
+def to_mermaid(reasoner: FittedModel, *, include_slices: bool = True) -> str:
     """Mermaid ``graph TD`` text of the network (slices grouped in subgraphs).
 
     Parameters
     ----------
-    reasoner : ProbabilisticReasoner
+    reasoner : FittedModel
         Fitted.
     include_slices : bool, default=True
         Draw the time-slice nodes (False keeps the causal core: knobs, faults, causes).
@@ -71,7 +69,7 @@ def to_mermaid(reasoner: ProbabilisticReasoner, *, include_slices: bool = True) 
     return "\n".join(lines) + "\n"
 
 
-def cpd_frame(reasoner: ProbabilisticReasoner, node: str) -> pd.DataFrame:
+def cpd_frame(reasoner: FittedModel, node: str) -> pd.DataFrame:
     """The fitted conditional table of ``node``: rows parent configurations, columns states.
 
     Raises
@@ -79,7 +77,7 @@ def cpd_frame(reasoner: ProbabilisticReasoner, node: str) -> pd.DataFrame:
     KeyError
         If ``node`` is not in the network (the message lists the nodes).
     """
-    reasoner._check_fitted()
+    check_is_fitted(reasoner)
     s = reasoner.structure_
     if node not in s.states:
         raise KeyError(f"Unknown node {node!r}. Nodes: {sorted(s.states)}")
@@ -96,6 +94,6 @@ def cpd_frame(reasoner: ProbabilisticReasoner, node: str) -> pd.DataFrame:
                                                                   name=node))
 
 
-def cpd_frames(reasoner: ProbabilisticReasoner) -> dict[str, pd.DataFrame]:
+def cpd_frames(reasoner: FittedModel) -> dict[str, pd.DataFrame]:
     """Every conditional table, by node."""
     return {node: cpd_frame(reasoner, node) for node in reasoner.structure_.states}

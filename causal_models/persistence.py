@@ -1,4 +1,4 @@
-"""Persistence of a fitted :class:`ProbabilisticReasoner` as plain JSON (no pickle).
+"""Persistence of a fitted reasoner as plain JSON (no pickle).
 
 The file holds the hyperparameters, the network's states and parents, every conditional
 table as nested lists, the calibrator and what the model was fitted on. Loading rebuilds the
@@ -7,28 +7,30 @@ pgmpy network from those tables; nothing in the file can run code.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import numpy as np
 import pandas as pd
 
+from causal_models.backend import import_pgmpy, new_network
 from causal_models.bins import Bins
 from causal_models.calibration import Calibrator
+from causal_models.fitted import FittedModel, check_is_fitted
 from causal_models.structure import Structure
 from causal_models.support import SUPPORT_COLUMNS
-
-if TYPE_CHECKING:
-    from causal_models.network import ProbabilisticReasoner
 
 __all__ = ["MODEL_FORMAT", "MODEL_VERSION", "model_to_dict", "model_from_dict"]
 
 MODEL_FORMAT = "neuraldbg-causal-model"
 MODEL_VERSION = 2
 
+M = TypeVar("M", bound=FittedModel)
 
-def model_to_dict(reasoner: ProbabilisticReasoner) -> dict[str, Any]:
+
+def model_to_dict(reasoner: FittedModel) -> dict[str, Any]:
     """JSON-compatible form of a fitted reasoner."""
-    reasoner._check_fitted()
+    check_is_fitted(reasoner)
     s = reasoner.structure_
     cpds = {}
     for node in s.states:
@@ -49,17 +51,21 @@ def model_to_dict(reasoner: ProbabilisticReasoner) -> dict[str, Any]:
             if hasattr(reasoner, "support_") else []}
 
 
-def model_from_dict(cls: type[ProbabilisticReasoner], data: dict[str, Any]
-                    ) -> ProbabilisticReasoner:
+def model_from_dict(cls: Callable[..., M], data: dict[str, Any]) -> M:
     """Inverse of :func:`model_to_dict`.
+
+    Parameters
+    ----------
+    cls : callable
+        The reasoner class: ``cls(**params)`` makes the unfitted reasoner the tables go into.
+    data : dict
+        What :func:`model_to_dict` wrote.
 
     Raises
     ------
     ValueError
         If ``data`` is not a NeuralDBG causal model or was written by a newer version.
     """
-    from causal_models.network import _pgmpy
-
     if data.get("format") != MODEL_FORMAT:
         raise ValueError(f"Not a NeuralDBG causal model (format {data.get('format')!r}, "
                          f"expected {MODEL_FORMAT!r}).")
@@ -78,14 +84,12 @@ def model_from_dict(cls: type[ProbabilisticReasoner], data: dict[str, Any]
                                   for k, v in b.items()}
         params["bins"] = Bins(**fields)
     reasoner = cls(**params)
-    models, _, _, TabularCPD = _pgmpy(estimators=False)
+    _, _, _, TabularCPD = import_pgmpy(estimators=False)
     states = {n: tuple(v) for n, v in data["states"].items()}
     parents = {n: tuple(v) for n, v in data["parents"].items()}
     reasoner.structure_ = Structure(states=states, parents=parents, roles=dict(data["roles"]),
                                 prior={}, n_slices=reasoner.n_slices, n_blocks=reasoner.n_blocks)
-    model = models.DiscreteBayesianNetwork()
-    model.add_nodes_from(states)
-    model.add_edges_from(reasoner.structure_.edges)
+    model = new_network(states, reasoner.structure_.edges)
     cpds = []
     for node, entry in data["cpds"].items():
         ev = entry["evidence"]
@@ -103,5 +107,4 @@ def model_from_dict(cls: type[ProbabilisticReasoner], data: dict[str, Any]
     reasoner.placement_ = {n: {k: float(v) for k, v in m.items()}
                            for n, m in (data.get("placement") or {}).items()}
     reasoner.support_ = pd.DataFrame(data.get("support") or [], columns=list(SUPPORT_COLUMNS))
-    reasoner._inference = None
     return reasoner

@@ -11,15 +11,13 @@ continuous feature over the fitting runs labelled with it (:func:`fit_placement`
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
 from causal_models.registry import KNOB_NODES
 from causal_models.structure import LEVEL_WIDTH
-
-if TYPE_CHECKING:
-    from causal_models.network import ProbabilisticReasoner
 
 __all__ = ["PLACEMENT_FEATURES", "fit_placement", "offset"]
 
@@ -68,14 +66,15 @@ def fit_placement(rows: list[dict[str, Any]], weights: np.ndarray | None = None
     return out
 
 
-def offset(reasoner: ProbabilisticReasoner, node: str, state: str,
+def offset(placement: Mapping[str, Mapping[str, float]], node: str, state: str,
            features: dict[str, float], evidence: dict[str, str]) -> float:
     """Where the run sits inside level ``state`` of ``node``, in level steps from its centre.
 
-    Within +-0.5: its feature against the levels' fitted medians, interpolated between
-    them; 0 (the centre) when the feature is missing or does not apply.
+    Within +-0.5: its feature against the levels' fitted medians (``placement``, from
+    :func:`fit_placement`), interpolated between them; 0 (the centre) when the feature is
+    missing or does not apply.
     """
-    medians = (getattr(reasoner, "placement_", None) or {}).get(node)
+    medians = placement.get(node)
     feature, schedule = PLACEMENT_FEATURES[node]
     x = features.get(feature, math.nan)
     # a spiked schedule: the steady rate is read as usual, and the spike lifts it by its

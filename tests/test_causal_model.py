@@ -100,7 +100,7 @@ def test_a_hypothesis_claims_its_cause_so_no_two_causes_tie_above_one_half(fitte
 
 def test_a_failure_without_a_cause_the_evidence_singles_out_is_named_unknown() -> None:
     """Two causes of one plateau at 0.45 each: the failure is claimed, the cause is not."""
-    from causal_models.network import name_undetermined_cause
+    from causal_models.explanation import name_undetermined_cause
 
     def hyp(cause: str, joint: float) -> ndb.Hypothesis:
         return ndb.Hypothesis("training_plateau", cause, "fc1", 3, joint,

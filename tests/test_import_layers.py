@@ -116,17 +116,7 @@ def test_no_import_cycle_between_packages() -> None:
     assert not _cycles(graph), f"Import cycles between packages: {_cycles(graph)}"
 
 
-#: Packages whose files still import each other in a cycle. causal_models: the lead's
-#: redesign (which splits network.py by responsibility) lands next and removes the marker;
-#: the xfail is strict, so the test fails as soon as the cycles are gone and it is stale.
-_CYCLES_PENDING = {"causal_models": "causal_models redesign in progress (issue 16 follow-up)"}
-
-
-@pytest.mark.parametrize("package", [
-    pytest.param(p, marks=pytest.mark.xfail(strict=True, reason=_CYCLES_PENDING[p]))
-    if p in _CYCLES_PENDING else p
-    for p in LAYERS
-])
+@pytest.mark.parametrize("package", LAYERS)
 def test_no_import_cycle_between_files(package: str) -> None:
     cycles = [c for c in _cycles(_graph()) if c[0].split(".")[0] == package]
     assert not cycles, f"Import cycles between files of {package}: {cycles}"

@@ -1,0 +1,375 @@
+"""Counterfactuals on a fitted reasoner (do() is in :mod:`causal_models.interventions`).
+
+``what_if(trace, lr_scale=0.1, ...)`` answers for *one* run in Pearl's three steps, on the
+twin network, through the whole causal chain knobs -> faults -> root cause -> layer states of
+every slice -> failure type:
+
+1. **Abduction**: the exogenous noise of every node, from everything the trace shows. A
+   fault node is a monotone threshold mechanism, ``F = [U < p(parents)]``; its posterior and
+   that of its unobserved parents (the latent knob levels ``lr_level``, ``init_level``,
+   ``input_level``, the causes' latent traits) pin down where this run's ``U`` lies. Every
+   other node (the root cause, each slice's loss, gradient and activation states, the
+   failure type) is the canonical mechanism ``X = F^-1(U | parents)`` of its table (the
+   inverse CDF in the node's state order), so its noise is uniform on the interval that
+   gives the state the run showed under the parents it had. (A discrete table does not
+   identify its noise; this canonical choice is the one that keeps a node's state whenever
+   its parents keep theirs, which is what makes a no-op exact.)
+2. **Action**: the knobs change. A multiplier moves a level by ``log10(k) / LEVEL_WIDTH``
+   level steps from where the run sits inside its level (:func:`_landing`); an activation
+   or normalization setting replaces that node's state; ``grad_clip=c`` sets the clipping
+   node from how many of the run's recorded gradient norms ``c`` would cap (none: a clip
+   above them all changes nothing; the peaks; or most steps).
+3. **Prediction**, with the same noise: a fault present in the run stays with probability
+   ``min(p, p') / p`` and an absent one appears with ``max(0, p' - p) / (1 - p)``
+   (:func:`_faults_under`); the run's root cause stays unless its fault goes or another
+   appears (:func:`.root_cause_under`); under a new root cause the slice states are
+   recomputed slice by slice and the failure type from the last slice
+   (:func:`.failure_under`, stratified noise samples from a fixed seed).
+
+The faults are dependent given the evidence (a failing run has one root cause, which
+explains the other faults away), so the abduction is stratified by the posterior root cause,
+and the strata are mixed by their posterior weights.
+
+Consistency. The factual answer is the network's posterior, and the counterfactual is that
+posterior with each stratum's prediction in place of its factual share; both go through the
+same calibration map, so they are on one scale, and an action that moves nothing (a
+multiplier of 1, a clip above every recorded gradient norm, the run's own activation)
+returns ``p_failure == p_failure_factual`` exactly.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from causal_models import placement
+from causal_models.backend import normalised_joint
+from causal_models.evidence import clip_share, clipping_state, sigmoid_decay_state
+from causal_models.fitted import FittedModel, check_is_fitted
+from causal_models.mechanisms import failure_under, root_cause_under
+from causal_models.registry import KNOB_NODES
+from causal_models.structure import LEVEL_NODES, LEVEL_WIDTH
+from neuraldbg.knobs import validate_knobs
+from neuraldbg.records import HEALTHY
+from neuraldbg.trace import Trace
+
+__all__ = ["Counterfactual", "what_if"]
+
+_METHOD = "abduction-action-prediction (twin network through the slices)"
+#: Root-cause strata below this posterior weight are left out of the abduction.
+_MIN_STRATUM = 0.01
+
+
+@dataclass(frozen=True, slots=True)
+class Counterfactual:
+    """The answer of ``what_if``: the run as it happened against the run under the knobs.
+
+    Attributes
+    ----------
+    knobs : dict
+        The intervention as asked (contract knob names).
+    p_failure_factual : float
+        P(the run fails) given the trace, as it happened (calibrated posterior).
+    p_failure : float
+        P(the run fails) under the intervention.
+    failure_type : str
+        Most likely outcome under the intervention (a failure type, or ``"healthy"``).
+    p_failure_types : dict of str to float
+        Distribution over outcomes under the intervention.
+    p_failure_types_factual : dict of str to float
+        Posterior over outcomes for the run as it happened.
+    metadata : dict
+        The three steps: ``abduction`` (posterior over latent nodes), ``action`` (node states
+        set or level moves) and ``prediction`` details.
+    """
+
+    knobs: dict[str, Any]
+    p_failure_factual: float
+    p_failure: float
+    failure_type: str
+    p_failure_types: dict[str, float] = field(default_factory=dict)
+    p_failure_types_factual: dict[str, float] = field(default_factory=dict)
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-dict form."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Counterfactual:
+        """Inverse of :meth:`to_dict`."""
+        return cls(**data)
+
+
+def _landing(states: tuple[str, ...], state: str, offset: float, steps: float
+             ) -> dict[str, float]:
+    """Where a run in level ``state`` lands when its knob moves by ``steps`` level steps.
+
+    Abduction placed the run in ``state``, at ``offset`` level steps from the level's centre
+    (:func:`causal_models.placement.offset`, within +-0.5). Its exact position is uncertain:
+    uniform over the part of the level that lies within half a level of that place. The move
+    shifts that interval, and each level gets the share of it that falls inside the level
+    (the end levels take what falls beyond them). A move of 0 keeps the run in ``state``
+    exactly, so an action that does not move the knob changes nothing; the answer is
+    continuous and monotone in ``steps``; with ``offset`` 0 it is the linear split between the
+    two nearest levels.
+    """
+    i = states.index(state)
+    lo, hi = i - 0.5 + max(offset, 0.0), i + 0.5 + min(offset, 0.0)
+    lo, hi = lo + steps, hi + steps
+    width = hi - lo
+    out: dict[str, float] = {}
+    last = len(states) - 1
+    for j, name in enumerate(states):
+        left = -math.inf if j == 0 else j - 0.5
+        right = math.inf if j == last else j + 0.5
+        if width <= 1e-12:
+            share = 1.0 if left <= lo < right else 0.0
+        else:
+            share = max(0.0, min(hi, right) - max(lo, left)) / width
+        if share > 0:
+            out[name] = share
+    return out
+
+
+def _joint(reasoner: FittedModel, variables: list[str],
+           evidence: dict[str, str]) -> tuple[list[str], dict[str, list[str]], np.ndarray]:
+    """Normalised joint posterior of ``variables`` (VE): (order, state names, values)."""
+    factor = normalised_joint(reasoner.inference(), variables, evidence)
+    return list(factor.variables), dict(factor.state_names), np.asarray(factor.values)
+
+
+def _p_yes(cpd: Any, assignment: dict[str, str]) -> float:
+    """P(fault = yes | parents = assignment) from a fault node's table."""
+    parents = list(cpd.variables[1:])
+    values = cpd.get_values()
+    col = 0
+    for p in parents:
+        col = col * len(cpd.state_names[p]) + cpd.state_names[p].index(assignment[p])
+    yes = cpd.state_names[cpd.variables[0]].index("yes")
+    return float(values[yes, col])
+
+
+def _cf_yes(factual: int, p: float, p_new: float) -> float:
+    """P(fault present after the action | factual state) under ``F = [U < p]``."""
+    p = min(max(p, 1e-9), 1 - 1e-9)
+    if factual:
+        return min(p, p_new) / p
+    return max(0.0, p_new - p) / (1.0 - p)
+
+
+def _clipping_under(trace: Trace, clip: float, evidence: dict[str, str],
+                    reasoner: FittedModel) -> str:
+    """State of the ``clipping`` node had the run's total gradient norm been clipped at ``c``.
+
+    Compared with the run's recorded norms (:func:`causal_models.evidence.
+    clip_share`), a clip above every norm changes nothing, one that caps the bursts only
+    is ``peaks``, one that caps most steps ``tight``.
+
+    A run already clipped at ``c0`` recorded its norms after that cap: a looser ``clip``
+    cannot be judged from them, and keeps the run's observed clipping state.
+    """
+    bins = reasoner.bins
+    configured = (trace.meta.get("config") or {}).get("grad_clip")
+    if isinstance(configured, (int, float)) and configured > 0 and clip > configured:
+        return evidence.get("clipping", "none")
+    norms = trace.steps["grad_norm"].to_numpy(dtype=float) if "grad_norm" in trace.steps \
+        else np.zeros(0)
+    if not norms.size:
+        return "peaks"
+    return clipping_state(clip_share(norms, clip, bins), bins)
+
+
+def _faults_under(reasoner: FittedModel, faults: list[str],
+                  abduct_on: dict[str, str], evidence: dict[str, str], acted: dict[str, str],
+                  moves: dict[str, float], latent: set[str], features: dict[str, float]
+                  ) -> tuple[dict[str, float], dict[str, float]]:
+    """Abduction on ``abduct_on``, then action and prediction of each fault node.
+
+    Returns the faults' probabilities after the action and in the run.
+    """
+    network = reasoner.network_
+    q_new: dict[str, float] = {}
+    q_old: dict[str, float] = {}
+    for fault in faults:
+        cpd = network.get_cpds(fault)
+        parents = list(cpd.variables[1:])
+        hidden = [p for p in parents if p in latent]
+        # 1. Abduction: joint posterior of the fault and its unobserved parents.
+        order, names, values = _joint(reasoner, [fault, *hidden], abduct_on)
+        observed = {p: evidence[p] for p in parents if p not in latent}
+        after = {p: acted.get(p, v) for p, v in observed.items()}
+        total = 0.0
+        present = 0.0
+        for idx in np.ndindex(values.shape):
+            w = float(values[idx])
+            if w < 1e-9:
+                continue
+            state = {v: names[v][i] for v, i in zip(order, idx, strict=False)}
+            f = int(state[fault] == "yes")
+            present += w * f
+            p = _p_yes(cpd, {**observed, **{h: state[h] for h in hidden}})
+            # 3. Prediction for this fault: move the hidden levels, keep the run's U.
+            options: list[tuple[dict[str, str], float]] = [({}, 1.0)]
+            for h in hidden:
+                # the run's place inside its level decides where a multiplier lands it
+                dist = (_landing(KNOB_NODES[h], state[h], placement.offset(
+                    reasoner.placement_, h, state[h], features, evidence), moves[h]) if h in moves
+                    else {state[h]: 1.0})
+                options = [({**a, h: s}, wa * ws) for a, wa in options
+                           for s, ws in dist.items() if ws > 0]
+            for assign, wa in options:
+                total += w * wa * _cf_yes(f, p, _p_yes(cpd, {**after, **assign}))
+        q_new[fault], q_old[fault] = total, present
+
+    return q_new, q_old
+
+
+def what_if(reasoner: FittedModel, trace: Trace, **knobs: Any) -> Counterfactual:
+    """P(failure) of this run had the knobs been different (abduction, action, prediction).
+
+    Answers from the recorded trace and the fitted network; nothing is re-trained.
+
+    Parameters
+    ----------
+    reasoner : FittedModel
+        Fitted.
+    trace : Trace
+        The run as it happened.
+    **knobs
+        Contract knobs, relative to the run: ``lr_scale``, ``init_scale``, ``input_scale``,
+        ``grad_clip``, ``activation``, ``normalization``.
+
+    Returns
+    -------
+    Counterfactual
+
+    Raises
+    ------
+    ValueError
+        For an unknown knob or value (the message lists the valid ones).
+    """
+    check_is_fitted(reasoner)
+    changes = validate_knobs(**knobs)
+    structure = reasoner.structure_
+    roles = structure.roles
+    evidence = reasoner.evidence(trace)
+    features = dict(reasoner.observe(trace).features)
+    rates = trace.steps["lr"].to_numpy(dtype=float) if "lr" in trace.steps else np.zeros(0)
+    rates = rates[np.isfinite(rates) & (rates > 0)]
+    features["lr_peak"] = float(np.log10(rates.max() / np.median(rates))) if rates.size \
+        else math.nan
+    classes = list(reasoner.classes_)
+    healthy = classes.index(HEALTHY)
+    latent = {n for n, r in roles.items() if r in ("latent_knob", "trait")}
+
+    # 2. Action (the node states under the intervention), set up first: abduction needs
+    # to know which parents move.
+    acted: dict[str, str] = {}
+    if "grad_clip" in changes:
+        acted["clipping"] = _clipping_under(trace, changes["grad_clip"], evidence, reasoner)
+    if "activation" in changes:
+        acted["activation"] = changes["activation"]
+    if "normalization" in changes:
+        acted["normalization"] = changes["normalization"]
+    moves = {node: math.log10(changes[knob]) / LEVEL_WIDTH[node]
+             for node, knob in LEVEL_NODES.items() if knob in changes}
+    if "init_scale" in changes and "sigmoid_decay" in evidence:
+        # scaled weights scale every hidden layer's gain
+        decades = features.get("sigmoid_decay", math.nan) + features.get(
+            "hidden_layers", 0.0) * math.log10(changes["init_scale"])
+        if math.isfinite(decades):
+            acted["sigmoid_decay"] = sigmoid_decay_state(decades, reasoner.bins)
+
+    # A knob at its factual value moves nothing: a multiplier of 1, a clip that never
+    # bites, a setting the run already had.
+    moves = {n: v for n, v in moves.items() if v != 0.0}
+    acted = {n: v for n, v in acted.items() if evidence.get(n) != v}
+    no_op = not (moves or acted)
+    raw = reasoner.raw_proba(trace)
+    faults = sorted(n for n, r in roles.items() if r == "fault")
+    abduction: dict[str, Any] = {}
+    prediction: dict[str, Any] = {}
+    if no_op:
+        shift = np.zeros(len(classes))
+    else:
+        shift, abduction, prediction = _twin(reasoner, faults, evidence, acted, moves, latent,
+                                             features)
+    # The counterfactual is the factual posterior with each stratum's prediction in place of
+    # its factual share; both go through the same calibration map.
+    cf_raw = np.clip(raw + shift, 0.0, None)
+    cf_raw = cf_raw / cf_raw.sum()
+    factual = reasoner.calibrator_.transform(raw[None])[0]
+    predicted = factual if no_op else reasoner.calibrator_.transform(cf_raw[None])[0]
+    return Counterfactual(
+        knobs=dict(knobs),
+        p_failure_factual=float(1.0 - factual[healthy]),
+        p_failure=float(1.0 - predicted[healthy]),
+        failure_type=str(classes[int(np.argmax(predicted))]),
+        p_failure_types={c: float(p) for c, p in zip(classes, predicted, strict=False)},
+        p_failure_types_factual={c: float(p) for c, p in zip(classes, factual, strict=False)},
+        metadata={
+            "method": _METHOD,
+            "abduction": abduction,
+            "action": {**acted, **{f"{n} (level steps)": round(v, 3)
+                                   for n, v in moves.items()}},
+            "prediction": prediction,
+            "no_op": no_op,
+            "raw_p_failure_factual": float(1.0 - raw[healthy]),
+            "raw_p_failure": float(1.0 - cf_raw[healthy]),
+        })
+
+
+def _twin(reasoner: FittedModel, faults: list[str], evidence: dict[str, str],
+          acted: dict[str, str], moves: dict[str, float], latent: set[str],
+          features: dict[str, float]
+          ) -> tuple[np.ndarray, dict[str, Any], dict[str, Any]]:
+    """Abduction, action and prediction on the twin network, stratified by root cause.
+
+    The faults are dependent given the evidence (co-parents of the root cause: a failing run
+    has one cause, which explains the others away), so abduction is stratified by the root
+    cause: within each posterior root-cause state the faults are treated as independent.
+    In each stratum the action moves the faults (:func:`_faults_under`), the faults move the
+    root cause (:func:`.root_cause_under`), the root cause moves the slice states and those
+    the failure type (:func:`.failure_under`), every node keeping its abducted noise.
+
+    Returns
+    -------
+    shift : numpy.ndarray
+        Counterfactual minus factual P(failure type), summed over the strata with posterior
+        weight >= ``_MIN_STRATUM`` (``classes_`` order); the lighter strata are left as they
+        are.
+    abduction : dict
+        The root-cause strata's posterior weights and, per stratum, the faults' posteriors.
+    prediction : dict
+        Per stratum: the faults and the root cause after the action, and P(failure).
+    """
+    _, names, values = _joint(reasoner, ["root_cause"], evidence)
+    classes = list(reasoner.classes_)
+    shift = np.zeros(len(classes))
+    abduction: dict[str, Any] = {"root_cause": {}, "p_fault": {}}
+    prediction: dict[str, Any] = {"p_fault": {}, "root_cause": {}, "p_failure": {}}
+    for cause, weight in zip(names["root_cause"], values, strict=False):
+        weight = float(weight)
+        if weight < _MIN_STRATUM:
+            continue
+        stratum = {**evidence, "root_cause": str(cause)}
+        q_new, q_old = _faults_under(reasoner, faults, stratum, evidence, acted, moves, latent,
+                                     features)
+        new_causes = root_cause_under(reasoner, str(cause), q_new, q_old)
+        _, ft_names, ft_values = _joint(reasoner, ["failure_type"], stratum)
+        p_ft = np.array([ft_values[ft_names["failure_type"].index(c)] for c in classes])
+        after = failure_under(reasoner, evidence, str(cause), p_ft, new_causes)
+        shift += weight * (after - p_ft)
+        key = str(cause)
+        abduction["root_cause"][key] = round(weight, 4)
+        abduction["p_fault"][key] = {f: round(q_old[f], 4) for f in faults if q_old[f] >= 0.01}
+        prediction["p_fault"][key] = {f: round(q_new[f], 4) for f in faults
+                                      if max(q_new[f], q_old[f]) >= 0.01}
+        prediction["root_cause"][key] = {r: round(w, 4) for r, w in new_causes.items()
+                                         if w >= 0.001}
+        prediction["p_failure"][key] = round(float(1.0 - after[classes.index(HEALTHY)]), 4)
+    return shift, abduction, prediction

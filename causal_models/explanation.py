@@ -1,0 +1,141 @@
+"""The contract's ranked hypotheses from a fitted reasoner's posterior.
+
+One hypothesis per (failure type, root cause) pair worth naming, with the origin layer and
+step placed by :func:`causal_models.origin.locate_origin` and the rules' first event of the
+same failure (read as a sensor), and an honest ``unknown`` when the evidence shows a failure
+but does not single out its cause (:func:`name_undetermined_cause`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from causal_models.fitted import FittedModel, check_is_fitted
+from causal_models.origin import locate_origin
+from causal_models.posterior import joint_posterior
+from causal_models.structure import NO_CAUSE
+from neuraldbg.records import HEALTHY, Hypothesis
+from neuraldbg.trace import Trace
+
+__all__ = ["explain", "name_undetermined_cause"]
+
+#: Causes listed under each failure type (at most), and the conditional probability a cause
+#: after the first needs to be listed.
+MAX_CAUSES = 3
+MIN_CAUSE_SHARE = 0.05
+
+
+def name_undetermined_cause(hyps: list[Hypothesis]) -> list[Hypothesis]:
+    """Name a failure whose cause the evidence does not single out ``unknown``.
+
+    A failure the evidence shows, with no cause the evidence singles out, is named with
+    ``root_cause="unknown"`` at the failure type's posterior; the candidate causes
+    stay listed at their joint posterior (each below 0.5 then).
+    """
+    top = hyps[0]
+    p_ft = float(top.metadata["p_failure_type"])
+    if p_ft < 0.5 or top.confidence >= 0.5 or top.root_cause == "unknown":
+        return hyps
+    candidates = {h.root_cause: round(h.confidence, 4) for h in hyps
+                  if h.failure_type == top.failure_type}
+    unknown = Hypothesis(
+        failure_type=top.failure_type, root_cause="unknown",
+        origin_layer=top.origin_layer, origin_step=top.origin_step, confidence=p_ft,
+        metadata={**top.metadata, "p_root_cause_given_failure": None, "p_joint": None,
+                  "cause_undetermined": candidates,
+                  "reason": (f"the evidence shows {top.failure_type} (posterior "
+                             f"{p_ft:.2f}) but does not single out its cause: the most "
+                             f"probable, {top.root_cause}, has {top.confidence:.2f}")})
+    return [unknown, *hyps]
+
+
+def _pairs_when_healthy(model: FittedModel, joint: np.ndarray,
+                        healthy: int) -> list[tuple[int, int]]:
+    """Pairs to list for a run judged healthy.
+
+    The causes by their joint posterior with any failure (summed over failure types), each
+    under its most probable failure type.
+    """
+    failing = np.delete(np.arange(len(model.classes_)), healthy)
+    by_cause = joint[failing].sum(axis=0)
+    return [(int(failing[np.argmax(joint[failing, j])]), j)
+            for j in np.argsort(-by_cause, kind="stable")
+            if model.root_causes_[j] != NO_CAUSE][:MAX_CAUSES]
+
+
+def _pairs_when_failing(model: FittedModel, joint: np.ndarray, marginal: np.ndarray,
+                        healthy: int) -> list[tuple[int, int]]:
+    """Judged failing: each probable failure type with its most probable causes."""
+    pairs: list[tuple[int, int]] = []
+    for i in np.argsort(-marginal, kind="stable"):
+        if i == healthy or (pairs and marginal[i] < model.min_confidence):
+            continue  # the most probable failure type is always listed
+        cond = joint[i] / max(float(marginal[i]), 1e-300)
+        ranked = [j for j in np.argsort(-cond, kind="stable")
+                  if model.root_causes_[j] != NO_CAUSE][:MAX_CAUSES]
+        pairs += [(int(i), j) for r, j in enumerate(ranked)
+                  if not r or cond[j] >= MIN_CAUSE_SHARE]
+    return pairs
+
+
+def explain(model: FittedModel, trace: Trace) -> list[Hypothesis]:
+    """Ranked hypotheses with posterior confidences (the contract's ``Hypothesis`` list).
+
+    See :meth:`causal_models.network.ProbabilisticReasoner.explain` for what each
+    confidence means.
+
+    Parameters
+    ----------
+    model : FittedModel
+    trace : Trace
+
+    Returns
+    -------
+    list of Hypothesis
+        Empty or all below 0.5 when the run is judged healthy.
+    """
+    check_is_fitted(model)
+    disc = model.observe(trace)
+    evidence = {n: disc.states[n] for n in model.structure_.observed_nodes()}
+    raw = joint_posterior(model.inference(), evidence, model.classes_, model.root_causes_)
+    joint = model.calibrate_joint(raw[None])[0]
+    marginal = joint.sum(axis=1)
+    healthy = list(model.classes_).index(HEALTHY)
+    p_healthy = float(marginal[healthy])
+    judged_healthy = int(np.argmax(marginal)) == healthy
+    pairs = (_pairs_when_healthy(model, joint, healthy) if judged_healthy
+             else _pairs_when_failing(model, joint, marginal, healthy))
+    origins: dict[str, Any] = {}
+    hyps: list[Hypothesis] = []
+    for i, j in pairs:
+        ft = str(model.classes_[i])
+        p_ft = min(1.0, max(0.0, float(marginal[i])))
+        cond = joint[i] / max(float(marginal[i]), 1e-300)
+        # judged healthy, every hypothesis carries P(the run fails at all); judged
+        # failing, a hypothesis claims its failure type *and* its cause: the joint
+        conf = (min(1.0, max(0.0, 1.0 - p_healthy)) if judged_healthy
+                else min(1.0, max(0.0, float(joint[i, j]))))
+        if ft not in origins:
+            origins[ft] = locate_origin(trace, disc, ft)
+            if ft in disc.events:
+                # two blocks and two slices cannot place an onset at module and step
+                # resolution: the first event of the same failure the rules' extractor
+                # found is read as a sensor of it (the propagation path stays the
+                # network's blocks)
+                layer, step = disc.events[ft]
+                origins[ft] = (layer, int(step), origins[ft][2])
+        layer, step, path = origins[ft]
+        hyps.append(Hypothesis(
+            failure_type=ft, root_cause=str(model.root_causes_[j]), origin_layer=layer,
+            origin_step=step, confidence=conf,
+            metadata={"method": "probabilistic", "p_failure_type": p_ft,
+                      "p_root_cause_given_failure": float(cond[j]),
+                      "p_joint": float(joint[i, j]), "p_healthy": p_healthy,
+                      "propagation_path": path, "onset_step": disc.onset_step,
+                      "slices": [list(s) for s in disc.slices],
+                      "evidence": dict(evidence)}))
+    if not judged_healthy and hyps:
+        hyps = name_undetermined_cause(hyps)
+    return sorted(hyps, key=lambda h: -h.confidence)

@@ -1,0 +1,82 @@
+"""A trace's evidence for the network.
+
+Its discretization, its knob and stack observations, and the heuristic reasoner's verdict
+read as a sensor.
+
+Leave-one-family-out evaluation fits many models on the same traces, so the result is cached
+per live trace object and observation settings; entries go when the trace is collected.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+from causal_models.bins import Bins
+from causal_models.discretize import Discretized, discretize
+from causal_models.evidence import RULE_NO_CAUSE, observe_knobs, observe_stack, rule_verdict
+from neuraldbg.methods import diagnose
+from neuraldbg.trace import Trace
+
+__all__ = ["observe"]
+
+_EVIDENCE_CACHE: dict[tuple[int, tuple[Any, ...]], Discretized] = {}
+
+
+def _forget(key_id: int) -> None:
+    for key in [k for k in _EVIDENCE_CACHE if k[0] == key_id]:
+        del _EVIDENCE_CACHE[key]
+
+
+def observe(trace: Trace, *, n_slices: int, n_blocks: int, bins: Bins | None,
+            rule_evidence: bool, cause_states: tuple[str, ...]) -> Discretized:
+    """Every observed node's state for ``trace`` (cached per trace and settings).
+
+    Parameters
+    ----------
+    trace : Trace
+    n_slices, n_blocks : int
+        The unrolling.
+    bins : Bins or None
+        Discretization thresholds.
+    rule_evidence : bool
+        Add the rules' graded verdict (``rule_strength``, ``rule_failure``, ``rule_cause``).
+    cause_states : tuple of str
+        The network's root-cause states: a rules' cause outside them reads ``unknown``.
+
+    Returns
+    -------
+    Discretized
+        States, slices, blocks, onset, continuous features, and the first event of each
+        failure type the rules' extractor found (a sensor of the onset).
+    """
+    settings = (len(trace.steps), len(trace.stats), n_slices, n_blocks, repr(bins),
+                rule_evidence, cause_states)
+    key = (id(trace), settings)
+    cached = _EVIDENCE_CACHE.get(key)
+    if cached is not None:
+        return cached
+    disc = _observe(trace, n_slices, n_blocks, bins, rule_evidence, cause_states)
+    if not any(k[0] == id(trace) for k in _EVIDENCE_CACHE):
+        weakref.finalize(trace, _forget, id(trace))
+    _EVIDENCE_CACHE[key] = disc
+    return disc
+
+
+def _observe(trace: Trace, n_slices: int, n_blocks: int, bins: Bins | None,
+             rule_evidence: bool, cause_states: tuple[str, ...]) -> Discretized:
+    disc = discretize(trace, n_slices=n_slices, n_blocks=n_blocks, bins=bins)
+    disc.states.update(observe_knobs(trace, bins))
+    diagnosis = diagnose(trace)  # the heuristic reasoner: its verdict and run facts
+    for hyp in diagnosis.hypotheses:  # module-resolution onsets, read as a sensor
+        disc.events.setdefault(hyp.failure_type, (hyp.origin_layer, hyp.origin_step))
+    stack, stack_features = observe_stack(trace, diagnosis.facts, bins)
+    disc.states.update(stack)
+    disc.features.update(stack_features)
+    if rule_evidence:
+        verdict = rule_verdict(trace, diagnosis.hypotheses)
+        if verdict["rule_cause"] not in set(cause_states):
+            verdict["rule_cause"] = "unknown" if verdict["rule_cause"] != RULE_NO_CAUSE \
+                else RULE_NO_CAUSE
+        disc.states.update(verdict)
+    return disc
