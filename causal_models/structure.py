@@ -32,7 +32,6 @@ predicted dynamics, and the failure follows from them.
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,25 +39,24 @@ import numpy as np
 
 from causal_models.bins import (
     ACT_STATES,
-    GAIN_STATES,
-    GRAD_RATIO_STATES,
     GRAD_STATES,
-    INIT_CONFIG_STATES,
-    INPUT_CONFIG_STATES,
-    INPUT_STATES,
     LOSS_STATES,
-    LR_CONFIG_STATES,
-    PROGRESS_STATES,
-    SPIKE_STATES,
-    UPDATE_STATES,
 )
 from causal_models.discretize import slice_node
-from causal_models.evidence import RULE_STRENGTH_STATES
+from causal_models.priors import NO_CAUSE, PRIOR_SHAPE, NodeTables, normalised, pseudo_counts
 from causal_models.registry import (
     CONTEXT_NODES,
     KNOB_NODES,
+    FailureMode,
+    RootCause,
     list_failure_modes,
     list_root_causes,
+)
+from causal_models.sensors import (
+    add_knob_evidence,
+    add_rule_nodes,
+    add_run_evidence,
+    check_signs,
 )
 from neuraldbg.knobs import KNOBS
 from neuraldbg.records import HEALTHY
@@ -74,59 +72,11 @@ __all__ = [
     "NO_CAUSE",
 ]
 
-#: Root-cause state of a healthy run.
-NO_CAUSE = "none"
 #: Latent knob-level node -> the multiplicative knob that moves it (from :data:`KNOBS`).
 LEVEL_NODES: dict[str, str] = {k.node: k.name for k in KNOBS.values() if k.kind == "multiplier"}
 #: Decades of the knob per level step (from :data:`KNOBS`).
 LEVEL_WIDTH: dict[str, float] = {k.node: float(k.level_width or 1.0) for k in KNOBS.values()
                                  if k.kind == "multiplier"}
-# Knob evidence: node -> (parent, states, {parent state: {state: weight}}).
-_KNOB_EVIDENCE: dict[str, tuple[str, tuple[str, ...], dict[str, dict[str, float]]]] = {
-    "update": ("lr_level", UPDATE_STATES, {
-        "very_low": {"tiny": 1.0, "small": 0.3}, "low": {"tiny": 0.6, "small": 1.0},
-        "ok": {"small": 1.0, "normal": 1.0}, "high": {"normal": 0.6, "large": 1.0},
-        "very_high": {"large": 1.0, "nonfinite": 0.3}}),
-    "lr_config": ("lr_level", LR_CONFIG_STATES, {
-        "very_low": {"low": 1.0, "unknown": 0.3}, "low": {"low": 1.0, "typical": 0.6,
-                                                          "unknown": 0.3},
-        "ok": {"typical": 1.0, "unknown": 0.3}, "high": {"typical": 0.6, "high": 1.0,
-                                                         "unknown": 0.3},
-        "very_high": {"high": 1.0, "unknown": 0.3}}),
-    "fwd_gain": ("init_level", GAIN_STATES, {
-        "very_small": {"shrinking": 1.0}, "small": {"shrinking": 1.0, "stable": 0.6},
-        "ok": {"stable": 1.0}, "large": {"growing": 1.0, "stable": 0.6},
-        "very_large": {"growing": 1.0}}),
-    "init_config": ("init_level", INIT_CONFIG_STATES, {
-        "very_small": {"small": 1.0, "default": 0.3, "unknown": 0.3},
-        "small": {"small": 1.0, "default": 0.5, "unknown": 0.3},
-        "ok": {"default": 1.0, "unknown": 0.3},
-        "large": {"large": 1.0, "default": 0.5, "unknown": 0.3},
-        "very_large": {"large": 1.0, "default": 0.3, "unknown": 0.3}}),
-    "input_config": ("input_level", INPUT_CONFIG_STATES, {
-        "ok": {"standardized": 1.0, "unknown": 0.3},
-        "large": {"raw": 1.0, "standardized": 0.3, "unknown": 0.3},
-        "very_large": {"raw": 1.0, "standardized": 0.2, "unknown": 0.3}}),
-    "input_mag": ("input_level", INPUT_STATES, {
-        "ok": {"normal": 1.0}, "large": {"large": 1.0, "normal": 0.5},
-        "very_large": {"large": 1.0}}),
-}
-#: Run-level evidence on the failure (children of ``failure_type``; a cause's ``signs`` may
-#: add its fault as a parent).
-_RUN_EVIDENCE: dict[str, tuple[str, ...]] = {
-    "progress": PROGRESS_STATES, "spikes": SPIKE_STATES, "grad_ratio": GRAD_RATIO_STATES}
-#: Knob evidence that reads a steady learning rate (uninformative about the level a schedule
-#: spike reaches: the node also hangs on ``lr_schedule``).
-_STEADY_RATE_EVIDENCE: frozenset[str] = frozenset({"update", "lr_config"})
-#: The rules' abstention ("no registered cause fits"), and its share of the rules' errors under
-#: any true cause (they abstain about as often as they name a wrong cause).
-_ABSTAIN = "unknown"
-_ABSTAIN_SHARE = 0.5
-_ROOT_PRIOR: dict[str, dict[str, float]] = {
-    "lr_level": {"ok": 4.0}, "init_level": {"ok": 4.0}, "input_level": {"ok": 4.0},
-}
-
-
 def unmodelled_causes() -> list[str]:
     """Causes of the vocabulary with no registered fault fragment.
 
@@ -184,49 +134,22 @@ class Structure:
                          "run_evidence")]
 
 
-def _normalised(weights: dict[str, float], states: tuple[str, ...], floor: float) -> np.ndarray:
-    raw = np.array([float(weights.get(s, floor)) for s in states])
-    return raw / raw.sum()
-
-
-def _table(node: str, states: tuple[str, ...], parents: tuple[str, ...],
-           all_states: dict[str, tuple[str, ...]], row: Any, strength: float) -> np.ndarray:
-    """Pseudo-counts from ``row(**parent_states) -> probabilities over states``."""
-    configs = list(itertools.product(*(all_states[p] for p in parents))) if parents else [()]
-    cols = [np.asarray(row(**dict(zip(parents, cfg, strict=False))), dtype=float)
-            for cfg in configs]
-    arr = np.stack(cols, axis=1)
-    arr = arr / arr.sum(axis=0, keepdims=True)
-    return strength * arr
-
-
-#: Prior P(rule_strength | failure type): the rules name nothing on most healthy runs and back
-#: most failures strongly (the fitted tables learn the real shares from the zoo).
-_STRENGTH_PRIOR: dict[bool, dict[str, float]] = {
-    False: {"none": 0.85, "weak": 0.08, "moderate": 0.04, "strong": 0.02, "certain": 0.01},
-    True: {"none": 0.05, "weak": 0.05, "moderate": 0.1, "strong": 0.3, "certain": 0.5},
-}
-#: Prior probability that the rules' top failure type is the true one, per strength, as a
-#: share of ``rule_trust`` (which applies to a ``certain`` verdict).
-_STRENGTH_TRUST: dict[str, float] = {"weak": 0.55, "moderate": 0.65, "strong": 0.85,
-                                     "certain": 1.0}
-
-
-def _cause_emission(produce: dict[str, float], by_mode: dict[str, Any],
+def _cause_emission(produce: dict[str, float], by_mode: dict[str, FailureMode],
                     ft_states: tuple[str, ...], kind: str, where: tuple[str, ...],
                     states: tuple[str, ...]) -> np.ndarray:
     """P(slice state | root cause) from the rules.
 
     The signatures of the failure modes the
-    cause produces, mixed by the cause's weights (a 0.02 floor for the others).
+    cause produces, mixed by the cause's weights (``PRIOR_SHAPE.emission_floor`` for the
+    others).
     """
-    mix = _normalised(produce, ft_states, 0.02)
+    mix = normalised(produce, ft_states, PRIOR_SHAPE.emission_floor)
     return sum(w * np.array(by_mode[ft].weights(kind, where, states))
                for ft, w in zip(ft_states, mix, strict=False))
 
 
 def _failure_row(last: dict[str, str], where_of: dict[str, tuple[str, ...]],
-                 states: dict[str, tuple[str, ...]], by_mode: dict[str, Any],
+                 states: dict[str, tuple[str, ...]], by_mode: dict[str, FailureMode],
                  ft_states: tuple[str, ...]) -> np.ndarray:
     """Prior P(failure type | the last slice's states).
 
@@ -243,57 +166,134 @@ def _failure_row(last: dict[str, str], where_of: dict[str, tuple[str, ...]],
     return score / score.sum()
 
 
-def _rule_nodes(states: dict[str, tuple[str, ...]], parents: dict[str, tuple[str, ...]],
-                roles: dict[str, str], rows: dict[str, Any], ft_states: tuple[str, ...],
-                rc_states: tuple[str, ...], rule_trust: float) -> None:
-    """The rules' verdict as three nodes.
+def _add_roots(nodes: NodeTables, causes: list[RootCause]) -> None:
+    """Knobs (some latent levels), context and the causes' latent traits: the roots."""
+    for node, sts in KNOB_NODES.items():
+        weights = {"ok": PRIOR_SHAPE.level_ok} if node in LEVEL_NODES else {}
+        nodes.add(node, sts, (), "latent_knob" if node in LEVEL_NODES else "knob",
+                  lambda w=weights, s=sts: normalised(w, s, 1.0))
+    for node, sts in CONTEXT_NODES.items():
+        nodes.add(node, sts, (), "context", lambda s=sts: np.ones(len(s)))
+    for cause in causes:
+        for trait, sts in cause.traits.items():
+            nodes.add(trait, tuple(sts), (), "trait",
+                      lambda s=tuple(sts): normalised({s[0]: PRIOR_SHAPE.trait_normal}, s, 1.0))
 
-    How strongly they back their top hypothesis
-    (``rule_strength`` <- failure_type), the failure type it names (``rule_failure`` <-
-    failure_type, rule_strength) and its cause (``rule_cause`` <- root_cause, rule_failure).
 
-    A verdict under the contract's 0.5 line still names a failure type and a cause; only a
-    run where the rules name no hypothesis at all reads ``healthy`` / ``none``, so the one
-    observation is not counted twice (once per node).
+def _add_faults(nodes: NodeTables, causes: list[RootCause]) -> None:
+    """One binary fault node per cause, its rule as prior P(fault | parents)."""
+    clamp = PRIOR_SHAPE.rule_clamp
+    for cause in causes:
+        nodes.add(cause.fault_node, ("no", "yes"), tuple(sorted(cause.parents)), "fault",
+                  lambda c=cause, **kw: (lambda p: np.array([1.0 - p, p]))(
+                      float(min(max(c.rule(**kw), clamp), 1 - clamp))))
+
+
+def _add_root_cause(nodes: NodeTables, causes: list[RootCause]) -> tuple[str, ...]:
+    """The root cause: the present fault with the highest priority (split by priority)."""
+    fault_nodes = tuple(sorted(c.fault_node for c in causes))
+    by_fault = {c.fault_node: c for c in causes}
+    rc_states = root_cause_states()
+
+    def rc_row(**kw: str) -> np.ndarray:
+        active = [by_fault[f] for f in fault_nodes if kw[f] == "yes"]
+        w = {c.name: c.priority for c in active} if active else {NO_CAUSE: 1.0}
+        return normalised(w, rc_states, PRIOR_SHAPE.cause_floor)
+
+    nodes.add("root_cause", rc_states, fault_nodes, "root_cause", rc_row)
+    return rc_states
+
+
+@dataclass(frozen=True, slots=True)
+class _SliceNode:
+    """One slice node's prior: what it is, where it sits and what tilts it.
+
+    Its kind, place (``early``/``late``, ``input``/``output``), states, and the
+    previous-slice and neighbour-block nodes that tilt its prior.
     """
-    strengths = RULE_STRENGTH_STATES
-    states["rule_strength"], parents["rule_strength"] = strengths, ("failure_type",)
-    rows["rule_strength"] = (lambda **kw: _normalised(
-        _STRENGTH_PRIOR[kw["failure_type"] != HEALTHY], strengths, 0.01))
-    states["rule_failure"] = ft_states
-    parents["rule_failure"] = ("failure_type", "rule_strength")
-    named_ft = [x for x in ft_states if x != HEALTHY]
 
-    def rule_failure_row(failure_type: str, rule_strength: str) -> np.ndarray:
-        if rule_strength == strengths[0]:
-            return np.array([1.0 if x == HEALTHY else 1e-3 for x in ft_states])
-        if failure_type == HEALTHY:  # a hypothesis on a healthy run names any failure
-            return np.array([1e-3 if x == HEALTHY else 1.0 for x in ft_states])
-        trust = rule_trust * _STRENGTH_TRUST[rule_strength]
-        return np.array([1e-3 if x == HEALTHY else trust if x == failure_type
-                         else (1 - trust) / (len(named_ft) - 1) for x in ft_states])
+    kind: str
+    where: tuple[str, ...]
+    states: tuple[str, ...]
+    prev: str | None
+    neighbour: str | None
 
-    rows["rule_failure"] = rule_failure_row
-    states["rule_cause"], parents["rule_cause"] = rc_states, ("root_cause", "rule_failure")
-    named = [x for x in rc_states if x != NO_CAUSE]
 
-    def rule_cause_row(root_cause: str, rule_failure: str) -> np.ndarray:
-        if rule_failure == HEALTHY:
-            return np.array([1.0 if x == NO_CAUSE else 1e-3 for x in rc_states])
-        if root_cause in named and root_cause != _ABSTAIN and _ABSTAIN in named:
-            # "unknown" from the rules is an abstention, as likely under any true cause:
-            # not the evidence against it that naming another cause is
-            abstain = (1 - rule_trust) * _ABSTAIN_SHARE
-            other = (1 - rule_trust - abstain) / (len(named) - 2)
-            return np.array([0.0 if x == NO_CAUSE else rule_trust if x == root_cause
-                             else abstain if x == _ABSTAIN else other
-                             for x in rc_states]) + 1e-3
-        return np.array([0.0 if x == NO_CAUSE else rule_trust if x == root_cause
-                         else (1 - rule_trust) / (len(named) - 1) for x in rc_states]) + 1e-3
+def _slice_row(spec: _SliceNode, produce: dict[str, dict[str, float]],
+               mode_of: dict[str, FailureMode], ft_states: tuple[str, ...],
+               persistence: float, coupling: float) -> Any:
+    def row(**kw: str) -> np.ndarray:
+        base = _cause_emission(produce[kw["root_cause"]], mode_of, ft_states,
+                               spec.kind, spec.where, spec.states)
+        tilt = np.ones(len(spec.states))
+        if spec.prev is not None:
+            tilt[spec.states.index(kw[spec.prev])] *= persistence
+        if spec.neighbour is not None:
+            tilt[spec.states.index(kw[spec.neighbour])] *= coupling
+        return base * tilt
 
-    rows["rule_cause"] = rule_cause_row
-    for node in ("rule_strength", "rule_failure", "rule_cause"):
-        roles[node] = "rule_evidence"
+    return row
+
+
+def _slice_spec(kind: str, t: int, b: int | None, n_slices: int, n_blocks: int) -> _SliceNode:
+    when = "early" if t < max(1, n_slices - 2) else "late"
+    neighbour = None
+    if kind == "grad" and b is not None and b < n_blocks - 1:
+        neighbour = slice_node(kind, t, b + 1)  # gradients flow output -> input
+    if kind == "act" and b is not None and b > 0:
+        neighbour = slice_node(kind, t, b - 1)  # activations flow input -> output
+    where = (when,) if b is None else (when, "output" if b == n_blocks - 1 else "input")
+    states = {"loss": LOSS_STATES, "grad": GRAD_STATES, "act": ACT_STATES}[kind]
+    return _SliceNode(kind, where, states, slice_node(kind, t - 1, b) if t > 0 else None,
+                      neighbour)
+
+
+def _add_slices(nodes: NodeTables, n_slices: int, n_blocks: int,
+                produce: dict[str, dict[str, float]], mode_of: dict[str, FailureMode],
+                ft_states: tuple[str, ...], persistence: float, coupling: float) -> None:
+    """Every slice node: a child of the root cause, its previous slice and its upstream block."""
+    for t in range(n_slices):
+        for kind in ("loss", "grad", "act"):
+            for b in ([None] if kind == "loss" else range(n_blocks)):
+                spec = _slice_spec(kind, t, b, n_slices, n_blocks)
+                ps = ["root_cause", *(p for p in (spec.prev, spec.neighbour) if p)]
+                nodes.add(slice_node(kind, t, b), spec.states, tuple(sorted(ps)), "slice",
+                          _slice_row(spec, produce, mode_of, ft_states, persistence,
+                                     coupling))
+
+
+def _add_failure_type(nodes: NodeTables, n_slices: int, n_blocks: int,
+                      mode_of: dict[str, FailureMode], ft_states: tuple[str, ...]) -> None:
+    """The failure type, a child of the last slice's states and of the gradient lead.
+
+    The output block's gradient one slice before the last: gradients that grew before the
+    loss turned non-finite are what tells exploding gradients from a divergence
+    (CONTRACT.md, vocabularies).
+    """
+    last = n_slices - 1
+    ft_parents = [slice_node("loss", last)] + [slice_node(k, last, b) for k in ("grad", "act")
+                                               for b in range(n_blocks)]
+    lead = slice_node("grad", last - 1, n_blocks - 1)
+    ft_parents.append(lead)
+    where_of: dict[str, tuple[str, ...]] = {n: ("late",) if n.startswith("loss") else (
+        "late", "output" if n.endswith(f"[{n_blocks - 1}]@{last}") else "input")
+        for n in ft_parents}
+    where_of[lead] = ("early" if last - 1 < max(1, n_slices - 2) else "late", "output")
+    states = nodes.states
+
+    def ft_row(**kw: str) -> np.ndarray:
+        return _failure_row(kw, where_of, states, mode_of, ft_states)
+
+    nodes.add("failure_type", ft_states, tuple(sorted(ft_parents)), "failure_type", ft_row)
+
+
+def _produced(causes: list[RootCause], ft_states: tuple[str, ...]) -> dict[str, dict[str, float]]:
+    """Root-cause state -> the failure types it produces, with weights."""
+    produce = {c.name: dict(c.failure_types) for c in causes}
+    produce[NO_CAUSE] = {HEALTHY: 1.0}
+    for name in unmodelled_causes():  # no signature: the data decide
+        produce[name] = {ft: 1.0 for ft in ft_states if ft != HEALTHY}
+    return produce
 
 
 def build_structure(*, n_slices: int = 4, n_blocks: int = 3, prior_strength: float = 5.0,
@@ -323,166 +323,30 @@ def build_structure(*, n_slices: int = 4, n_blocks: int = 3, prior_strength: flo
     Returns
     -------
     Structure
+
+    Raises
+    ------
+    ValueError
+        If a registered cause gives signs on a node that is not knob or run evidence.
     """
     causes = list_root_causes()
     modes = list_failure_modes()
-    states: dict[str, tuple[str, ...]] = {}
-    parents: dict[str, tuple[str, ...]] = {}
-    roles: dict[str, str] = {}
-    rows: dict[str, Any] = {}
-
-    # Roots: knobs, context, traits.
-    for node, sts in KNOB_NODES.items():
-        states[node], parents[node] = sts, ()
-        roles[node] = "latent_knob" if node in LEVEL_NODES else "knob"
-        weights = _ROOT_PRIOR.get(node, {})
-        rows[node] = (lambda w=weights, s=sts: _normalised(w, s, 1.0))
-    for node, sts in CONTEXT_NODES.items():
-        states[node], parents[node], roles[node] = sts, (), "context"
-        rows[node] = (lambda s=sts: np.ones(len(s)))
-    for cause in causes:
-        for trait, sts in cause.traits.items():
-            states[trait], parents[trait], roles[trait] = tuple(sts), (), "trait"
-            rows[trait] = (lambda s=tuple(sts): _normalised({s[0]: 8.0}, s, 1.0))
-    # Knob evidence.
-    signed = {*_KNOB_EVIDENCE, *_RUN_EVIDENCE}
-    for cause in causes:
-        unknown = sorted(set(cause.signs) - signed)
-        if unknown:
-            raise ValueError(f"Root cause {cause.name!r} gives signs on {unknown}; valid "
-                             f"evidence nodes for signs are: {sorted(signed)}.")
-    for node, (parent, sts, table) in _KNOB_EVIDENCE.items():
-        signs = {c.fault_node: c.signs[node] for c in causes if node in c.signs}
-        states[node], roles[node] = sts, "knob_evidence"
-        steady = node in _STEADY_RATE_EVIDENCE
-        parents[node] = tuple(sorted((parent, *signs, *(("lr_schedule",) if steady else ()))))
-
-        def evidence_row(_t: Any = table, _s: Any = sts, _p: Any = parent, _signs: Any = signs,
-                         **kw: str) -> np.ndarray:
-            # the knob level's table, joined (state-wise max) with the signs of the faults
-            # present: either may produce the evidence
-            weights = dict(_t[kw[_p]])
-            if kw.get("lr_schedule") == "spike":
-                # the configured rate and the early updates read the rate before a schedule
-                # spike, not the level at its peak: any level may show any of their states
-                weights = {x: max(row.get(x, 0.0) for row in _t.values())
-                           for x in set().union(*_t.values())}
-            for fault, sign in _signs.items():
-                if kw[fault] == "yes":
-                    weights = {x: max(weights.get(x, 0.0), sign.get(x, 0.0))
-                               for x in set(weights) | set(sign)}
-            return _normalised(weights, _s, 0.05)
-
-        rows[node] = evidence_row
-    # Fault nodes: one per cause, the cause's rule as prior.
-    for cause in causes:
-        node = cause.fault_node
-        states[node], parents[node], roles[node] = ("no", "yes"), tuple(sorted(cause.parents)), \
-            "fault"
-        rows[node] = (lambda c=cause, **kw: (lambda p: np.array([1.0 - p, p]))(
-            float(min(max(c.rule(**kw), 1e-3), 1 - 1e-3))))
-    # Root cause: the present fault with the highest priority (split by priority).
-    fault_nodes = tuple(sorted(c.fault_node for c in causes))
-    by_fault = {c.fault_node: c for c in causes}
-    rc_states = root_cause_states()
-    states["root_cause"], parents["root_cause"], roles["root_cause"] = rc_states, fault_nodes, \
-        "root_cause"
-
-    def rc_row(**kw: str) -> np.ndarray:
-        active = [by_fault[f] for f in fault_nodes if kw[f] == "yes"]
-        w = {c.name: c.priority for c in active} if active else {NO_CAUSE: 1.0}
-        return _normalised(w, rc_states, 0.01)
-
-    rows["root_cause"] = rc_row
-    # Failure type: a consequence of the last slice's states (see _failure_rows).
+    check_signs(causes)
+    mode_of = {m.name: m for m in modes}
     ft_states = tuple(m.name for m in modes)
-    produce = {c.name: dict(c.failure_types) for c in causes}
-    produce[NO_CAUSE] = {HEALTHY: 1.0}
-    for name in unmodelled_causes():  # no signature: the data decide
-        produce[name] = {ft: 1.0 for ft in ft_states if ft != HEALTHY}
-    by_mode = {m.name: m for m in modes}
-    # The rules' verdict: a graded sensor of the failure type and of the cause.
+    nodes = NodeTables()
+    _add_roots(nodes, causes)
+    add_knob_evidence(nodes, causes)
+    _add_faults(nodes, causes)
+    rc_states = _add_root_cause(nodes, causes)
     if rule_evidence:
-        _rule_nodes(states, parents, roles, rows, ft_states, rc_states, rule_trust)
-
-    # Run-level evidence on the failure, and on the faults that sign it.
-    for node, sts in _RUN_EVIDENCE.items():
-        signs = {c.fault_node: c.signs[node] for c in causes if node in c.signs}
-        states[node], roles[node] = sts, "run_evidence"
-        parents[node] = tuple(sorted(("failure_type", *signs)))
-
-        def run_row(_n: Any = node, _s: Any = sts, _signs: Any = signs, **kw: str) -> np.ndarray:
-            # the failure mode's signature, joined (state-wise max, on its own scale) with
-            # the signs of the faults present: a fault may produce this evidence whatever
-            # the failure it shows (bursts from a missing clip under a stalled loss)
-            base = np.array(by_mode[kw["failure_type"]].weights(_n, (), _s))
-            base = base / base.max()
-            for fault, sign in _signs.items():
-                if kw[fault] == "yes":
-                    base = np.maximum(base, [sign.get(x, 0.0) for x in _s])
-            return base / base.sum()
-
-        rows[node] = run_row
-
-    # Slice nodes.
-    kinds = {"loss": LOSS_STATES, "grad": GRAD_STATES, "act": ACT_STATES}
-    for t in range(n_slices):
-        when = "early" if t < max(1, n_slices - 2) else "late"
-        for kind, sts in kinds.items():
-            for b in ([None] if kind == "loss" else range(n_blocks)):
-                node = slice_node(kind, t, b)
-                ps = ["root_cause"]
-                if t > 0:
-                    ps.append(slice_node(kind, t - 1, b))
-                neighbour = None
-                if kind == "grad" and b is not None and b < n_blocks - 1:
-                    neighbour = slice_node(kind, t, b + 1)
-                if kind == "act" and b is not None and b > 0:
-                    neighbour = slice_node(kind, t, b - 1)
-                if neighbour:
-                    ps.append(neighbour)
-                where = (when,) if b is None else (
-                    when, "output" if b == n_blocks - 1 else "input")
-                prev = slice_node(kind, t - 1, b) if t > 0 else None
-                states[node], parents[node], roles[node] = sts, tuple(sorted(ps)), "slice"
-
-                def slice_row(_k: Any = kind, _w: Any = where, _s: Any = sts, _prev: Any = prev,
-                              _nb: Any = neighbour,
-                              **kw: str) -> np.ndarray:
-                    base = _cause_emission(produce[kw["root_cause"]], by_mode, ft_states,
-                                           _k, _w, _s)
-                    tilt = np.ones(len(_s))
-                    if _prev is not None:
-                        tilt[_s.index(kw[_prev])] *= persistence
-                    if _nb is not None:
-                        tilt[_s.index(kw[_nb])] *= coupling
-                    return base * tilt
-
-                rows[node] = slice_row
-
-    last = n_slices - 1
-    # the last slice's states, and the output block's gradient one slice earlier: gradients
-    # that grew before the loss turned non-finite are what tells exploding gradients from a
-    # divergence (CONTRACT.md, vocabularies)
-    ft_parents = [slice_node("loss", last)] + [slice_node(k, last, b) for k in ("grad", "act")
-                                               for b in range(n_blocks)]
-    lead = slice_node("grad", last - 1, n_blocks - 1)
-    ft_parents.append(lead)
-    states["failure_type"], roles["failure_type"] = ft_states, "failure_type"
-    parents["failure_type"] = tuple(sorted(ft_parents))
-    where_of: dict[str, tuple[str, ...]] = {n: ("late",) if n.startswith("loss") else (
-        "late", "output" if n.endswith(f"[{n_blocks - 1}]@{last}") else "input")
-        for n in ft_parents}
-    where_of[lead] = ("early" if last - 1 < max(1, n_slices - 2) else "late", "output")
-
-    def ft_row(**kw: str) -> np.ndarray:
-        return _failure_row(kw, where_of, states, by_mode, ft_states)
-
-    rows["failure_type"] = ft_row
-
-    prior = {}
-    for node in states:
-        strength = prior_strength
-        prior[node] = _table(node, states[node], parents[node], states, rows[node], strength)
-    return Structure(states=states, parents=parents, roles=roles, prior=prior,
-                     n_slices=n_slices, n_blocks=n_blocks)
+        add_rule_nodes(nodes, ft_states, rc_states, rule_trust)
+    add_run_evidence(nodes, causes, mode_of)
+    _add_slices(nodes, n_slices, n_blocks, _produced(causes, ft_states), mode_of, ft_states,
+                persistence, coupling)
+    _add_failure_type(nodes, n_slices, n_blocks, mode_of, ft_states)
+    prior = {node: pseudo_counts(node, nodes.states[node], nodes.parents[node], nodes.states,
+                          nodes.rows[node], prior_strength)
+             for node in nodes.states}
+    return Structure(states=nodes.states, parents=nodes.parents, roles=nodes.roles,
+                     prior=prior, n_slices=n_slices, n_blocks=n_blocks)

@@ -1,0 +1,206 @@
+"""The sensors of the network: what a run shows of its knobs, its failure and the rules' verdict.
+
+- **Knob evidence** (children of a knob level, and of the faults that sign it): the early
+  update ratio and the configured rate read ``lr_level``, the forward gain and configured
+  init gain read ``init_level``, the input scale reads ``input_level``.
+- **Run evidence** (children of ``failure_type``, and of the faults that sign it): progress,
+  gradient spikes, the early gradient ratio.
+- **The rules' verdict** (``rule_strength``, ``rule_failure``, ``rule_cause``): the heuristic
+  reasoner's graded top hypothesis, a noisy sensor of the failure type and the cause.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from causal_models.bins import (
+    GAIN_STATES,
+    GRAD_RATIO_STATES,
+    INIT_CONFIG_STATES,
+    INPUT_CONFIG_STATES,
+    INPUT_STATES,
+    LR_CONFIG_STATES,
+    PROGRESS_STATES,
+    SPIKE_STATES,
+    UPDATE_STATES,
+)
+from causal_models.evidence import RULE_STRENGTH_STATES
+from causal_models.priors import NO_CAUSE, PRIOR_SHAPE, NodeTables, normalised
+from causal_models.registry import FailureMode, RootCause
+from neuraldbg.records import HEALTHY
+
+__all__ = ["KNOB_EVIDENCE", "RUN_EVIDENCE", "check_signs", "add_knob_evidence",
+           "add_run_evidence", "add_rule_nodes"]
+
+#: Knob evidence: node -> (parent, states, {parent state: {state: weight}}).
+KNOB_EVIDENCE: dict[str, tuple[str, tuple[str, ...], dict[str, dict[str, float]]]] = {
+    "update": ("lr_level", UPDATE_STATES, {
+        "very_low": {"tiny": 1.0, "small": 0.3}, "low": {"tiny": 0.6, "small": 1.0},
+        "ok": {"small": 1.0, "normal": 1.0}, "high": {"normal": 0.6, "large": 1.0},
+        "very_high": {"large": 1.0, "nonfinite": 0.3}}),
+    "lr_config": ("lr_level", LR_CONFIG_STATES, {
+        "very_low": {"low": 1.0, "unknown": 0.3}, "low": {"low": 1.0, "typical": 0.6,
+                                                          "unknown": 0.3},
+        "ok": {"typical": 1.0, "unknown": 0.3}, "high": {"typical": 0.6, "high": 1.0,
+                                                         "unknown": 0.3},
+        "very_high": {"high": 1.0, "unknown": 0.3}}),
+    "fwd_gain": ("init_level", GAIN_STATES, {
+        "very_small": {"shrinking": 1.0}, "small": {"shrinking": 1.0, "stable": 0.6},
+        "ok": {"stable": 1.0}, "large": {"growing": 1.0, "stable": 0.6},
+        "very_large": {"growing": 1.0}}),
+    "init_config": ("init_level", INIT_CONFIG_STATES, {
+        "very_small": {"small": 1.0, "default": 0.3, "unknown": 0.3},
+        "small": {"small": 1.0, "default": 0.5, "unknown": 0.3},
+        "ok": {"default": 1.0, "unknown": 0.3},
+        "large": {"large": 1.0, "default": 0.5, "unknown": 0.3},
+        "very_large": {"large": 1.0, "default": 0.3, "unknown": 0.3}}),
+    "input_config": ("input_level", INPUT_CONFIG_STATES, {
+        "ok": {"standardized": 1.0, "unknown": 0.3},
+        "large": {"raw": 1.0, "standardized": 0.3, "unknown": 0.3},
+        "very_large": {"raw": 1.0, "standardized": 0.2, "unknown": 0.3}}),
+    "input_mag": ("input_level", INPUT_STATES, {
+        "ok": {"normal": 1.0}, "large": {"large": 1.0, "normal": 0.5},
+        "very_large": {"large": 1.0}}),
+}
+#: Run-level evidence on the failure (children of ``failure_type``; a cause's ``signs`` may
+#: add its fault as a parent).
+RUN_EVIDENCE: dict[str, tuple[str, ...]] = {
+    "progress": PROGRESS_STATES, "spikes": SPIKE_STATES, "grad_ratio": GRAD_RATIO_STATES}
+#: Knob evidence that reads a steady learning rate (uninformative about the level a schedule
+#: spike reaches: the node also hangs on ``lr_schedule``).
+STEADY_RATE_EVIDENCE: frozenset[str] = frozenset({"update", "lr_config"})
+#: The rules' abstention ("no registered cause fits"), and its share of the rules' errors under
+#: any true cause (they abstain about as often as they name a wrong cause).
+_ABSTAIN = "unknown"
+_ABSTAIN_SHARE = 0.5
+
+
+
+#: Prior P(rule_strength | failure type): the rules name nothing on most healthy runs and back
+#: most failures strongly (the fitted tables learn the real shares from the zoo).
+_STRENGTH_PRIOR: dict[bool, dict[str, float]] = {
+    False: {"none": 0.85, "weak": 0.08, "moderate": 0.04, "strong": 0.02, "certain": 0.01},
+    True: {"none": 0.05, "weak": 0.05, "moderate": 0.1, "strong": 0.3, "certain": 0.5},
+}
+#: Prior probability that the rules' top failure type is the true one, per strength, as a
+#: share of ``rule_trust`` (which applies to a ``certain`` verdict).
+_STRENGTH_TRUST: dict[str, float] = {"weak": 0.55, "moderate": 0.65, "strong": 0.85,
+                                     "certain": 1.0}
+
+
+def check_signs(causes: list[RootCause]) -> None:
+    """Raise ValueError if a cause gives signs on a node that is not knob or run evidence."""
+    signed = {*KNOB_EVIDENCE, *RUN_EVIDENCE}
+    for cause in causes:
+        unknown = sorted(set(cause.signs) - signed)
+        if unknown:
+            raise ValueError(f"Root cause {cause.name!r} gives signs on {unknown}; valid "
+                             f"evidence nodes for signs are: {sorted(signed)}.")
+
+
+def _knob_evidence_row(table: dict[str, dict[str, float]], states: tuple[str, ...],
+                       parent: str, signs: Mapping[str, Mapping[str, float]]) -> Any:
+    def row(**kw: str) -> np.ndarray:
+        # the knob level's table, joined (state-wise max) with the signs of the faults
+        # present: either may produce the evidence
+        weights = dict(table[kw[parent]])
+        if kw.get("lr_schedule") == "spike":
+            # the configured rate and the early updates read the rate before a schedule
+            # spike, not the level at its peak: any level may show any of their states
+            weights = {x: max(r.get(x, 0.0) for r in table.values())
+                       for x in set().union(*table.values())}
+        for fault, sign in signs.items():
+            if kw[fault] == "yes":
+                weights = {x: max(weights.get(x, 0.0), sign.get(x, 0.0))
+                           for x in set(weights) | set(sign)}
+        return normalised(weights, states, PRIOR_SHAPE.evidence_floor)
+
+    return row
+
+
+def add_knob_evidence(nodes: NodeTables, causes: list[RootCause]) -> None:
+    """What a run shows of its knob levels (early updates, forward gain, config)."""
+    for node, (parent, sts, table) in KNOB_EVIDENCE.items():
+        signs = {c.fault_node: c.signs[node] for c in causes if node in c.signs}
+        steady = node in STEADY_RATE_EVIDENCE
+        nodes.add(node, sts,
+                  tuple(sorted((parent, *signs, *(("lr_schedule",) if steady else ())))),
+                  "knob_evidence", _knob_evidence_row(table, sts, parent, signs))
+
+
+def _run_evidence_row(mode_of: dict[str, FailureMode], node: str, states: tuple[str, ...],
+                      signs: Mapping[str, Mapping[str, float]]) -> Any:
+    def row(**kw: str) -> np.ndarray:
+        # the failure mode's signature, joined (state-wise max, on its own scale) with
+        # the signs of the faults present: a fault may produce this evidence whatever
+        # the failure it shows (bursts from a missing clip under a stalled loss)
+        base = np.array(mode_of[kw["failure_type"]].weights(node, (), states))
+        base = base / base.max()
+        for fault, sign in signs.items():
+            if kw[fault] == "yes":
+                base = np.maximum(base, [sign.get(x, 0.0) for x in states])
+        return base / base.sum()
+
+    return row
+
+
+def add_run_evidence(nodes: NodeTables, causes: list[RootCause],
+                      mode_of: dict[str, FailureMode]) -> None:
+    """Run-level evidence on the failure, and on the faults that sign it."""
+    for node, sts in RUN_EVIDENCE.items():
+        signs = {c.fault_node: c.signs[node] for c in causes if node in c.signs}
+        nodes.add(node, sts, tuple(sorted(("failure_type", *signs))), "run_evidence",
+                  _run_evidence_row(mode_of, node, sts, signs))
+
+
+def add_rule_nodes(nodes: NodeTables, ft_states: tuple[str, ...], rc_states: tuple[str, ...],
+                rule_trust: float) -> None:
+    """The rules' verdict as three nodes.
+
+    How strongly they back their top hypothesis
+    (``rule_strength`` <- failure_type), the failure type it names (``rule_failure`` <-
+    failure_type, rule_strength) and its cause (``rule_cause`` <- root_cause, rule_failure).
+
+    A verdict under the contract's 0.5 line still names a failure type and a cause; only a
+    run where the rules name no hypothesis at all reads ``healthy`` / ``none``, so the one
+    observation is not counted twice (once per node).
+    """
+    strengths = RULE_STRENGTH_STATES
+    miss = PRIOR_SHAPE.rule_miss
+    nodes.add("rule_strength", strengths, ("failure_type",), "rule_evidence",
+              lambda **kw: normalised(_STRENGTH_PRIOR[kw["failure_type"] != HEALTHY],
+                                       strengths, PRIOR_SHAPE.strength_floor))
+    named_ft = [x for x in ft_states if x != HEALTHY]
+
+    def rule_failure_row(failure_type: str, rule_strength: str) -> np.ndarray:
+        if rule_strength == strengths[0]:
+            return np.array([1.0 if x == HEALTHY else miss for x in ft_states])
+        if failure_type == HEALTHY:  # a hypothesis on a healthy run names any failure
+            return np.array([miss if x == HEALTHY else 1.0 for x in ft_states])
+        trust = rule_trust * _STRENGTH_TRUST[rule_strength]
+        return np.array([miss if x == HEALTHY else trust if x == failure_type
+                         else (1 - trust) / (len(named_ft) - 1) for x in ft_states])
+
+    nodes.add("rule_failure", ft_states, ("failure_type", "rule_strength"), "rule_evidence",
+              rule_failure_row)
+    named = [x for x in rc_states if x != NO_CAUSE]
+
+    def rule_cause_row(root_cause: str, rule_failure: str) -> np.ndarray:
+        if rule_failure == HEALTHY:
+            return np.array([1.0 if x == NO_CAUSE else miss for x in rc_states])
+        if root_cause in named and root_cause != _ABSTAIN and _ABSTAIN in named:
+            # "unknown" from the rules is an abstention, as likely under any true cause:
+            # not the evidence against it that naming another cause is
+            abstain = (1 - rule_trust) * _ABSTAIN_SHARE
+            other = (1 - rule_trust - abstain) / (len(named) - 2)
+            return np.array([0.0 if x == NO_CAUSE else rule_trust if x == root_cause
+                             else abstain if x == _ABSTAIN else other
+                             for x in rc_states]) + miss
+        return np.array([0.0 if x == NO_CAUSE else rule_trust if x == root_cause
+                         else (1 - rule_trust) / (len(named) - 1) for x in rc_states]) + miss
+
+    nodes.add("rule_cause", rc_states, ("root_cause", "rule_failure"), "rule_evidence",
+              rule_cause_row)
