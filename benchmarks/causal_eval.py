@@ -111,7 +111,7 @@ def evaluate(*, fit_seeds: list[int], score_seeds: list[int], cf_seeds: list[int
     from benchmarks.fit_default import load_zoo_traces, run_zoo, zoo_run_specs
     from benchmarks.fit_default import zoo_version as current_zoo_version
     from experiments import list_families
-    from experiments.symptoms import health_report
+    from experiments.run_statistics import health_report
     from neuraldbg.methods import get_method
     from neuraldbg.trace import load_trace
 

@@ -38,7 +38,7 @@ import causal_models
 from causal_models.network import ProbabilisticReasoner
 from experiments import get_family, list_families, run_scenario
 from experiments.runner import zoo_fingerprint
-from experiments.symptoms import health_report
+from experiments.run_statistics import health_report
 from neuraldbg.trace import load_trace
 
 __all__ = ["zoo_run_specs", "run_zoo", "zoo_version", "with_family_labels", "load_zoo_traces",
@@ -53,7 +53,7 @@ def zoo_run_specs(families: list[Any], seeds: list[int], *, severities: str = "a
 
     Parameters
     ----------
-    families : list of experiments.registry.FamilySpec
+    families : list of experiments.families.FamilySpec
     seeds : list of int
     severities : {"all", "default"}
     counterfactuals : bool
@@ -153,7 +153,7 @@ def load_zoo_traces(paths: list[Path], *, manifest_only: bool = False) -> list[A
     paths : list of path
     manifest_only : bool, default=False
         Also drop runs whose declared outcome the run does not show by the zoo's own health
-        judgement (``experiments.symptoms.health_report``): a run labelled failing that
+        judgement (``experiments.run_statistics.health_report``): a run labelled failing that
         trained healthily, or the reverse. For *fitting* only: the DeepCrime rule that a
         fault counts where it manifests, applied per run.
     """

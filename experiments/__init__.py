@@ -13,16 +13,16 @@ own config would.
 from experiments import (  # noqa: F401 - importing a family module registers its families
     activations,
     compound,
-    data,
     healthy,
     init,
+    inputs,
     lr,
     numerics,
-    structure,
+    structural,
     user_bug_controls,
     user_bugs,
 )
-from experiments.registry import FamilySpec, get_family, list_families, register_family
+from experiments.families import FamilySpec, get_family, list_families, register_family
 from experiments.runner import run_counterfactual, run_scenario
 from neuraldbg.knobs import KNOB_NAMES, Knobs, make_knobs
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from experiments.registry import register_family
-from experiments.scenario import (ArchConfig, DataConfig, OnsetRule, Scenario, Symptom,
+from experiments.families import register_family
+from experiments.scenario import (ArchConfig, DataConfig, OnsetRule, Scenario, Manifestation,
                                   TrainConfig)
 
 __all__: list[str] = []
@@ -38,7 +38,7 @@ def _deep_sigmoid(severity: float) -> Scenario:
         origin_layers=("fc1", "act1", "fc2", "act2"),
         origin_scope="layer",
         onset=OnsetRule("fixed", step=0, tolerance=5),
-        symptoms=(Symptom("out_grad_norm", module="fc1", direction="less", scale="log",
+        manifestations=(Manifestation("out_grad_norm", module="fc1", direction="less", scale="log",
                           margin=1.0),
-                  Symptom("loss_ratio", direction="greater", scale="log", margin=0.3)),
+                  Manifestation("loss_ratio", direction="greater", scale="log", margin=0.3)),
     )

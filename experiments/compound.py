@@ -3,8 +3,8 @@ must undo both."""
 
 from __future__ import annotations
 
-from experiments.registry import register_family
-from experiments.scenario import (ArchConfig, DataConfig, OnsetRule, Scenario, Symptom,
+from experiments.families import register_family
+from experiments.scenario import (ArchConfig, DataConfig, OnsetRule, Scenario, Manifestation,
                                   TrainConfig)
 
 __all__: list[str] = []
@@ -45,9 +45,9 @@ def _compound_dead_and_slow(severity: float) -> Scenario:
         origin_layers=("fc2", "act2"),
         origin_scope="layer",
         onset=OnsetRule("fixed", step=0, tolerance=3),
-        symptoms=(Symptom("dead_share", module="act2", direction="greater", scale="linear",
+        manifestations=(Manifestation("dead_share", module="act2", direction="greater", scale="linear",
                           margin=0.3),
-                  Symptom("loss_ratio", direction="greater", scale="log", margin=0.3)),
+                  Manifestation("loss_ratio", direction="greater", scale="log", margin=0.3)),
     )
 
 
@@ -84,6 +84,6 @@ def _compound_explode_two_causes(severity: float) -> Scenario:
         train=TrainConfig(lr=0.01 * lr_mult, momentum=0.9, steps=200),
         origin_scope="global",
         onset=OnsetRule("twin", statistic="grad_norm", scale="log", margin=1.0, tolerance=5),
-        symptoms=(Symptom("max_grad_norm", direction="greater", scale="log", margin=1.0),
-                  Symptom("loss_ratio", direction="greater", scale="log", margin=0.3)),
+        manifestations=(Manifestation("max_grad_norm", direction="greater", scale="log", margin=1.0),
+                  Manifestation("loss_ratio", direction="greater", scale="log", margin=0.3)),
     )

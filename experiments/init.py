@@ -3,8 +3,8 @@ kills one ReLU layer."""
 
 from __future__ import annotations
 
-from experiments.registry import register_family
-from experiments.scenario import (ArchConfig, DataConfig, OnsetRule, Scenario, Symptom,
+from experiments.families import register_family
+from experiments.scenario import (ArchConfig, DataConfig, OnsetRule, Scenario, Manifestation,
                                   TrainConfig)
 
 __all__: list[str] = []
@@ -37,8 +37,8 @@ def _init_too_large(severity: float) -> Scenario:
         train=TrainConfig(lr=0.01, momentum=0.9, steps=200),
         origin_scope="global",
         onset=OnsetRule("fixed", step=0, tolerance=3),
-        symptoms=(Symptom("max_grad_norm", direction="greater", scale="log", margin=1.0),
-                  Symptom("max_act", direction="greater", scale="log", margin=1.0)),
+        manifestations=(Manifestation("max_grad_norm", direction="greater", scale="log", margin=1.0),
+                  Manifestation("max_act", direction="greater", scale="log", margin=1.0)),
     )
 
 
@@ -71,9 +71,9 @@ def _init_too_small(severity: float) -> Scenario:
         origin_layers=("fc1", "act1", "fc2", "act2"),
         origin_scope="layer",
         onset=OnsetRule("fixed", step=0, tolerance=5),
-        symptoms=(Symptom("out_grad_norm", module="fc1", direction="less", scale="log",
+        manifestations=(Manifestation("out_grad_norm", module="fc1", direction="less", scale="log",
                           margin=1.0),
-                  Symptom("loss_ratio", direction="greater", scale="log", margin=0.3)),
+                  Manifestation("loss_ratio", direction="greater", scale="log", margin=0.3)),
     )
 
 
@@ -106,6 +106,6 @@ def _dead_relu_bias(severity: float) -> Scenario:
         origin_layers=("fc2", "act2"),
         origin_scope="layer",
         onset=OnsetRule("fixed", step=0, tolerance=3),
-        symptoms=(Symptom("dead_share", module="act2", direction="greater", scale="linear",
+        manifestations=(Manifestation("dead_share", module="act2", direction="greater", scale="linear",
                           margin=0.3),),
     )

@@ -3,8 +3,8 @@ caused by a high learning rate (the same symptom as a negative bias, another cau
 
 from __future__ import annotations
 
-from experiments.registry import register_family
-from experiments.scenario import (ArchConfig, DataConfig, OnsetRule, Scenario, Symptom,
+from experiments.families import register_family
+from experiments.scenario import (ArchConfig, DataConfig, OnsetRule, Scenario, Manifestation,
                                   TrainConfig)
 
 __all__: list[str] = []
@@ -38,8 +38,8 @@ def _lr_too_high(severity: float) -> Scenario:
         train=TrainConfig(lr=0.05 * severity, momentum=0.9, steps=200),
         origin_scope="global",
         onset=OnsetRule("twin", statistic="grad_norm", scale="log", margin=1.0, tolerance=5),
-        symptoms=(Symptom("max_grad_norm", direction="greater", scale="log", margin=1.0),
-                  Symptom("loss_ratio", direction="greater", scale="log", margin=0.3)),
+        manifestations=(Manifestation("max_grad_norm", direction="greater", scale="log", margin=1.0),
+                  Manifestation("loss_ratio", direction="greater", scale="log", margin=0.3)),
     )
 
 
@@ -72,7 +72,7 @@ def _lr_too_low(severity: float) -> Scenario:
         # The fault acts from step 0; the loss separates from the healthy run's between
         # steps ~20 and ~60 (measured across seeds), hence the wide tolerance.
         onset=OnsetRule("fixed", step=0, tolerance=60),
-        symptoms=(Symptom("loss_ratio", direction="greater", scale="log", margin=0.15),),
+        manifestations=(Manifestation("loss_ratio", direction="greater", scale="log", margin=0.15),),
     )
 
 
@@ -109,7 +109,7 @@ def _lr_spike(severity: float) -> Scenario:
                           lr_spike=(_SPIKE_STEP, severity, 3)),
         origin_scope="global",
         onset=OnsetRule("fixed", step=_SPIKE_STEP, tolerance=3),
-        symptoms=(Symptom("max_loss_jump", direction="greater", scale="log", margin=0.5),),
+        manifestations=(Manifestation("max_loss_jump", direction="greater", scale="log", margin=0.5),),
     )
 
 
@@ -142,6 +142,6 @@ def _dead_relu_high_lr(severity: float) -> Scenario:
         origin_scope="layer",
         onset=OnsetRule("twin", statistic="act_frac_dead", module="act2", scale="linear",
                         margin=0.3, tolerance=5),
-        symptoms=(Symptom("dead_share", module="act2", direction="greater", scale="linear",
+        manifestations=(Manifestation("dead_share", module="act2", direction="greater", scale="linear",
                           margin=0.3),),
     )

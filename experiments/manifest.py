@@ -31,10 +31,10 @@ import numpy as np
 from scipy import stats
 
 import neuraldbg as ndb
-from experiments.registry import build_scenario, get_family
+from experiments.families import build_scenario, get_family
 from experiments.runner import run_scenario
-from experiments.scenario import Symptom
-from experiments.symptoms import compute_statistic, health_report
+from experiments.scenario import Manifestation
+from experiments.run_statistics import compute_statistic, health_report
 from neuraldbg.knobs import make_knobs
 
 __all__ = [
@@ -49,7 +49,7 @@ __all__ = [
 _BIG = 1e6  # stands for +inf on the transformed scale (ranks only; effect sizes cap here)
 
 
-def _transform(values: Sequence[float], symptom: Symptom) -> np.ndarray:
+def _transform(values: Sequence[float], symptom: Manifestation) -> np.ndarray:
     """Values on the comparison scale, oriented so that 'more failed' is larger."""
     v = np.asarray(values, dtype=np.float64)
     v = np.where(np.isnan(v), np.inf, v)
@@ -60,7 +60,7 @@ def _transform(values: Sequence[float], symptom: Symptom) -> np.ndarray:
     return -v if symptom.direction == "less" else v
 
 
-def separation_test(fault: Sequence[float], baseline: Sequence[float], symptom: Symptom,
+def separation_test(fault: Sequence[float], baseline: Sequence[float], symptom: Manifestation,
                     *, alpha: float = 0.05) -> dict[str, Any]:
     """Does ``symptom`` separate faulty runs from baseline runs?
 
@@ -68,7 +68,7 @@ def separation_test(fault: Sequence[float], baseline: Sequence[float], symptom: 
     ----------
     fault, baseline : sequence of float
         The statistic's value per seed.
-    symptom : Symptom
+    symptom : Manifestation
     alpha : float, default=0.05
         Level of the one-sided exact Mann-Whitney U test.
 
@@ -118,15 +118,15 @@ def classify_generic(trace: ndb.Trace) -> str:
     return "training_plateau"
 
 
-def _symptom_values(trace: ndb.Trace, symptoms: Sequence[Symptom]) -> dict[str, float]:
+def _symptom_values(trace: ndb.Trace, symptoms: Sequence[Manifestation]) -> dict[str, float]:
     return {s.label: compute_statistic(trace, s.statistic, s.module) for s in symptoms}
 
 
-def _per_step(trace: ndb.Trace, symptom: Symptom) -> Any:  # pandas.Series over steps
+def _per_step(trace: ndb.Trace, symptom: Manifestation) -> Any:  # pandas.Series over steps
     """The per-step series behind a symptom (for the empirical onset)."""
     name = symptom.statistic
     if name.startswith("@"):  # a raw recorded column (steps, or stats of symptom.module)
-        from experiments.symptoms import onset_series
+        from experiments.run_statistics import onset_series
 
         return onset_series(trace, name[1:], symptom.module).astype(float)
     if name in ("max_grad_norm", "grad_growth"):
@@ -146,13 +146,13 @@ def _per_step(trace: ndb.Trace, symptom: Symptom) -> Any:  # pandas.Series over 
 
 
 def _empirical_onsets(fault: Sequence[ndb.Trace], baseline: Sequence[ndb.Trace],
-                      symptom: Symptom) -> list[int | None]:
+                      symptom: Manifestation) -> list[int | None]:
     """First step where each faulty run leaves the baseline runs' envelope (per step, in the
     failure direction, by the symptom's margin)."""
     import pandas as pd
 
     if symptom.statistic == "nonfinite_step":  # follow the loss itself, upwards, 1000x
-        symptom = Symptom("final_loss", direction="greater", scale="log", margin=3.0)
+        symptom = Manifestation("final_loss", direction="greater", scale="log", margin=3.0)
     base = pd.concat([_per_step(t, symptom).rename(i) for i, t in enumerate(baseline)], axis=1)
     base_t = base.apply(lambda col: pd.Series(_transform(col.to_numpy(), symptom),
                                               index=col.index))
@@ -208,17 +208,17 @@ def check_family(name: str, severity: float | None = None, seeds: Sequence[int] 
                            for s in seeds]
     base_health = [health_report(t) for t in baseline_traces]
     tests = []
-    for symptom in scen.symptoms:
+    for symptom in scen.manifestations:
         f = [compute_statistic(t, symptom.statistic, symptom.module) for t in fault_traces]
         b = [compute_statistic(t, symptom.statistic, symptom.module) for t in baseline_traces]
         tests.append(separation_test(f, b, symptom, alpha=alpha))
     primary = tests[0]
     onsets = [(t.ground_truth or {}).get("onset_step") for t in fault_traces]
-    onset_symptom = scen.symptoms[0]
+    onset_symptom = scen.manifestations[0]
     rule = scen.onset
     if rule is not None and rule.kind in ("twin", "crossing") and rule.statistic is not None:
         # follow the statistic the onset rule follows, against all baseline seeds
-        onset_symptom = Symptom(f"@{rule.statistic}", module=rule.module,
+        onset_symptom = Manifestation(f"@{rule.statistic}", module=rule.module,
                                 direction="greater" if rule.direction == "above" else "less",
                                 scale=rule.scale, margin=rule.margin)
     empirical = _empirical_onsets(fault_traces, baseline_traces, onset_symptom)
@@ -278,7 +278,7 @@ def _baseline_values(name: str, severity: float, seeds: Sequence[int]) -> list[d
         base_sev, base_knobs = spec.baseline_of(severity)
         _BASELINE_CACHE[key] = [
             _symptom_values(run_scenario(name, severity=base_sev, seed=s, **base_knobs),
-                            scen.symptoms)
+                            scen.manifestations)
             for s in seeds
         ]
     return _BASELINE_CACHE[key]
@@ -308,7 +308,7 @@ def judge_outcome(trace: ndb.Trace, *, seeds: Sequence[int] = (0, 1, 2)) -> dict
         return {"outcome": generic, "generic": generic}
     sev = float(gt["severity"])
     scen = build_scenario(spec, sev)
-    primary = scen.symptoms[0]
+    primary = scen.manifestations[0]
     value = compute_statistic(trace, primary.statistic, primary.module)
     base = [b[primary.label] for b in _baseline_values(spec.name, sev, seeds)]
     v = _transform([value], primary)[0]

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from experiments.registry import register_family
-from experiments.scenario import (ArchConfig, DataConfig, OnsetRule, Scenario, Symptom,
+from experiments.families import register_family
+from experiments.scenario import (ArchConfig, DataConfig, OnsetRule, Scenario, Manifestation,
                                   TrainConfig)
 
 __all__: list[str] = []
@@ -41,5 +41,5 @@ def _softmax_overflow(severity: float) -> Scenario:
         origin_layers=("out",),
         origin_scope="layer",
         onset=OnsetRule("nonfinite", tolerance=2),
-        symptoms=(Symptom("nonfinite_step", direction="less", scale="linear", margin=20.0),),
+        manifestations=(Manifestation("nonfinite_step", direction="less", scale="linear", margin=20.0),),
     )

@@ -34,10 +34,10 @@ import torch.nn.functional as F
 import neuraldbg as ndb
 from experiments.architectures import build_model
 from experiments.datasets import load_dataset
-from experiments.registry import FamilySpec, build_scenario, get_family
+from experiments.families import FamilySpec, build_scenario, get_family
 from experiments.scenario import OnsetRule, Scenario, TrainConfig
 from experiments.scripts import get_script
-from experiments.symptoms import onset_series
+from experiments.run_statistics import onset_series
 from neuraldbg.knobs import Knobs, make_knobs
 
 __all__ = ["run_scenario", "run_counterfactual", "expected_outcome", "measure_onset",

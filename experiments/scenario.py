@@ -15,7 +15,7 @@ __all__ = [
     "DataConfig",
     "TrainConfig",
     "OnsetRule",
-    "Symptom",
+    "Manifestation",
     "Scenario",
 ]
 
@@ -247,13 +247,13 @@ class OnsetRule:
 
 
 @dataclass(frozen=True, slots=True)
-class Symptom:
+class Manifestation:
     """A per-run statistic that tells the failure from its healthy baseline.
 
     Attributes
     ----------
     statistic : str
-        Name in :data:`experiments.symptoms.STATISTICS`.
+        Name in :data:`experiments.run_statistics.STATISTICS`.
     module : str or None
         Module the statistic is about, for per-module statistics.
     direction : {"greater", "less"}
@@ -298,7 +298,7 @@ class Scenario:
         learning rate) where any listed layer is acceptable.
     onset : OnsetRule or None
         How the onset step is determined; None for a healthy scenario.
-    symptoms : tuple of Symptom
+    manifestations : tuple of Manifestation
         Statistics that separate the failure from its baseline, the primary one first.
     """
 
@@ -308,4 +308,4 @@ class Scenario:
     origin_layers: tuple[str, ...] = ()
     origin_scope: Literal["layer", "global", "none"] = "none"
     onset: OnsetRule | None = None
-    symptoms: tuple[Symptom, ...] = field(default_factory=tuple)
+    manifestations: tuple[Manifestation, ...] = field(default_factory=tuple)

@@ -73,7 +73,7 @@ def plan_suite(families: Iterable[str] | None = None, seeds: int | Sequence[int]
     baselines : bool, default=True
         Include the healthy baseline runs of failure families.
     """
-    from experiments.registry import get_family, list_families
+    from experiments.families import get_family, list_families
 
     specs = list_families() if families is None else [get_family(f) for f in families]
     seed_list = list(range(seeds)) if isinstance(seeds, int) else [int(s) for s in seeds]
@@ -165,7 +165,7 @@ def _record_manifestation(root: Path, runs: list[SuiteRun]) -> list[dict[str, An
     each run's meta.json."""
     import neuraldbg as ndb
     from experiments.manifest import check_family
-    from experiments.registry import get_family
+    from experiments.families import get_family
 
     groups: dict[tuple[str, float], dict[str, list[SuiteRun]]] = {}
     for run in runs:

@@ -4,7 +4,7 @@ fine. They measure false alarms: a reasoner must call them healthy."""
 
 from __future__ import annotations
 
-from experiments.registry import register_family
+from experiments.families import register_family
 from experiments.scenario import ArchConfig, DataConfig, Scenario, TrainConfig
 
 __all__: list[str] = []

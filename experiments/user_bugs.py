@@ -15,13 +15,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from experiments.registry import register_family
-from experiments.scenario import (ArchConfig, DataConfig, OnsetRule, Scenario, Symptom,
+from experiments.families import register_family
+from experiments.scenario import (ArchConfig, DataConfig, OnsetRule, Scenario, Manifestation,
                                   TrainConfig)
 
 __all__: list[str] = []
 
-_PLATEAU = Symptom("loss_ratio", direction="greater", scale="log", margin=0.15)
+_PLATEAU = Manifestation("loss_ratio", direction="greater", scale="log", margin=0.15)
 
 
 def _lr_graded(train: TrainConfig, severity: float, **bug: object) -> TrainConfig:
@@ -62,7 +62,7 @@ def _zero_grad_mlp(severity: float) -> Scenario:
         # The sum starts at step 1; the norm leaves the healthy runs' envelope by 10x at
         # steps 15-18 (SGD) and 30-35 (Adam) on seeds 0-2, hence the wide tolerance.
         onset=OnsetRule("fixed", step=0, tolerance=40),
-        symptoms=(Symptom("grad_growth", direction="greater", scale="log", margin=1.0),
+        manifestations=(Manifestation("grad_growth", direction="greater", scale="log", margin=1.0),
                   _PLATEAU),
     )
 
@@ -97,7 +97,7 @@ def _zero_grad_cnn_adam(severity: float) -> Scenario:
         # The sum starts at step 1; the norm leaves the healthy runs' envelope by 10x at
         # steps 15-18 (SGD) and 30-35 (Adam) on seeds 0-2, hence the wide tolerance.
         onset=OnsetRule("fixed", step=0, tolerance=40),
-        symptoms=(Symptom("grad_growth", direction="greater", scale="log", margin=1.0),
+        manifestations=(Manifestation("grad_growth", direction="greater", scale="log", margin=1.0),
                   _PLATEAU),
     )
 
@@ -133,7 +133,7 @@ def _softmax_before_ce_mlp(severity: float) -> Scenario:
         train=_lr_graded(TrainConfig(lr=0.02, momentum=0.9, steps=120), severity),
         origin_scope="global",
         onset=OnsetRule("fixed", step=0, tolerance=120),
-        symptoms=(_PLATEAU,),
+        manifestations=(_PLATEAU,),
     )
 
 
@@ -163,7 +163,7 @@ def _softmax_before_ce_cnn(severity: float) -> Scenario:
         train=_lr_graded(TrainConfig(lr=0.05, momentum=0.9, steps=120), severity),
         origin_scope="global",
         onset=OnsetRule("fixed", step=0, tolerance=120),
-        symptoms=(_PLATEAU,),
+        manifestations=(_PLATEAU,),
     )
 
 
@@ -197,7 +197,7 @@ def _unscaled_targets(severity: float) -> Scenario:
         train=TrainConfig(optimizer="adam", lr=1e-3, steps=120, loss="mse"),
         origin_scope="global",
         onset=OnsetRule("fixed", step=0, tolerance=120),
-        symptoms=(_PLATEAU,),
+        manifestations=(_PLATEAU,),
     )
 
 
@@ -232,7 +232,7 @@ def _constant_init_mlp(severity: float) -> Scenario:
         train=TrainConfig(lr=0.05, momentum=0.9, steps=120),
         origin_scope="global",
         onset=OnsetRule("fixed", step=0, tolerance=120),
-        symptoms=(_PLATEAU,),
+        manifestations=(_PLATEAU,),
     )
 
 
@@ -263,7 +263,7 @@ def _constant_init_cnn(severity: float) -> Scenario:
         train=TrainConfig(lr=0.05, momentum=0.9, steps=100),
         origin_scope="global",
         onset=OnsetRule("fixed", step=0, tolerance=100),
-        symptoms=(_PLATEAU,),
+        manifestations=(_PLATEAU,),
     )
 
 
@@ -296,7 +296,7 @@ def _constant_init_transformer(severity: float) -> Scenario:
         train=TrainConfig(optimizer="adam", lr=3e-3, steps=100, batch_size=32),
         origin_scope="global",
         onset=OnsetRule("fixed", step=0, tolerance=100),
-        symptoms=(_PLATEAU,),
+        manifestations=(_PLATEAU,),
     )
 
 
@@ -328,7 +328,7 @@ def _shuffled_labels_mlp(severity: float) -> Scenario:
         train=TrainConfig(lr=0.05, momentum=0.9, steps=120),
         origin_scope="global",
         onset=OnsetRule("fixed", step=0, tolerance=120),
-        symptoms=(_PLATEAU,),
+        manifestations=(_PLATEAU,),
     )
 
 
@@ -358,7 +358,7 @@ def _shuffled_labels_gru(severity: float) -> Scenario:
         train=TrainConfig(optimizer="adam", lr=1e-2, steps=100, batch_size=32),
         origin_scope="global",
         onset=OnsetRule("fixed", step=0, tolerance=100),
-        symptoms=(_PLATEAU,),
+        manifestations=(_PLATEAU,),
     )
 
 
@@ -391,7 +391,7 @@ def _adam_sgd_lr_lstm(severity: float) -> Scenario:
         origin_scope="global",
         # the first large update saturates the head: measured at step 1 on seeds 0-2
         onset=OnsetRule("fixed", step=0, tolerance=3),
-        symptoms=(Symptom("saturated_share", module="act", direction="greater",
+        manifestations=(Manifestation("saturated_share", module="act", direction="greater",
                           scale="linear", margin=0.3),),
     )
 
@@ -431,7 +431,7 @@ def _left_in_eval_cnn_bn(severity: float) -> Scenario:
                          script="left_in_eval"),
         origin_scope="global",
         onset=OnsetRule("fixed", step=0, tolerance=100),
-        symptoms=(_PLATEAU,),
+        manifestations=(_PLATEAU,),
     )
 
 
@@ -468,5 +468,5 @@ def _detached_features_gru(severity: float) -> Scenario:
         origin_layers=("rnn",),
         origin_scope="layer",
         onset=OnsetRule("fixed", step=0, tolerance=100),
-        symptoms=(_PLATEAU,),
+        manifestations=(_PLATEAU,),
     )

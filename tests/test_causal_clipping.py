@@ -13,7 +13,7 @@ import pytest
 import causal_models
 import experiments
 from causal_models.evidence import clip_share, clipping_state, observe_knobs
-from experiments import symptoms
+from experiments import run_statistics
 
 
 def test_clip_share_and_state_compare_the_threshold_with_the_norms() -> None:
@@ -61,5 +61,5 @@ def test_what_if_clip_value_is_compared_with_the_recorded_norms(rnn_run) -> None
     # against really re-running the seed with each clip
     for cf, clip in ((loose, 1e4), (tight, 0.5)):
         rerun = experiments.run_scenario("rnn_no_clip", seed=0, grad_clip=clip)
-        failed = not symptoms.health_report(rerun)["healthy"]
+        failed = not run_statistics.health_report(rerun)["healthy"]
         assert (cf.p_failure >= 0.5) == failed, (clip, cf.p_failure)

@@ -292,7 +292,7 @@ def test_what_if_fields_and_knob_validation(fitted) -> None:
     ("dead_relu_bias", {"normalization": "batch"}),  # the fix
 ])
 def test_what_if_agrees_with_really_rerunning_the_seed(fitted, family, knobs) -> None:
-    from experiments.symptoms import health_report
+    from experiments.run_statistics import health_report
 
     model, score = fitted
     trace = score[family]
@@ -308,7 +308,7 @@ def test_what_if_a_healthy_relu_mlp_had_sigmoid_units_reads_its_depth_and_weight
     """PyTorch's default init (gain ~0.58) over three hidden layers: as sigmoids they stall
     (the zoo's healthy_mlp declares it), although the deep_sigmoid runs fitted on are He
     initialised; the what-if must read the stack's decay, not its depth alone."""
-    from experiments.symptoms import health_report
+    from experiments.run_statistics import health_report
 
     model, score = fitted
     trace = score["healthy_mlp"]

@@ -18,7 +18,7 @@ def _example() -> str:
 
 def test_readme_worked_example_registers_fits_and_explains() -> None:
     from causal_models import registry as cm_registry
-    from experiments import registry as zoo_registry
+    from experiments import families as zoo_registry
 
     namespace: dict[str, object] = {}
     try:

@@ -87,7 +87,7 @@ def test_the_walk_sees_every_package() -> None:
     assert {n.split(".")[0] for n in graph} == set(LAYERS)
     assert graph.number_of_edges() > 100
     assert graph.has_edge("benchmarks.baselines.autotrainer", "neuraldbg.methods")
-    assert graph.has_edge("experiments.registry", "neuraldbg.registry_base")
+    assert graph.has_edge("experiments.families", "neuraldbg.registry_base")
 
 
 def test_lazy_and_relative_imports_are_edges(tmp_path: Path) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import experiments
-from experiments.registry import FAMILIES, register_family
+from experiments.families import FAMILIES, register_family
 from neuraldbg.errors import NeuralDbgError
 from neuraldbg.methods import METHODS, register_method, unregister_method
 from neuraldbg.records import extend_vocabulary, failure_types, retract_vocabulary, root_causes

@@ -11,8 +11,8 @@ import torch
 
 import experiments
 from experiments import get_family, list_families, make_knobs, run_counterfactual, run_scenario
-from experiments.registry import register_family
-from experiments.symptoms import health_report
+from experiments.families import register_family
+from experiments.run_statistics import health_report
 
 GT_KEYS = {"family", "architecture", "kind", "failure_type", "root_cause", "origin_layers",
            "onset_step", "onset_tolerance", "severity", "seed", "knobs", "canonical_fix",

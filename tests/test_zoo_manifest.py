@@ -13,20 +13,20 @@ import pytest
 import neuraldbg as ndb
 from experiments import run_scenario
 from experiments.manifest import check_family, judge_outcome, separation_test
-from experiments.scenario import Symptom
+from experiments.scenario import Manifestation
 from experiments.suite import is_complete, plan_suite, run_suite
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_separation_test_needs_complete_separation_and_the_margin():
-    s = Symptom("dead_share", module="act2", direction="greater", scale="linear", margin=0.3)
+    s = Manifestation("dead_share", module="act2", direction="greater", scale="linear", margin=0.3)
     assert separation_test([1.0, 0.9, 0.95], [0.0, 0.05, 0.02], s)["separated"]
     # overlapping seeds: no separation whatever the medians
     assert not separation_test([1.0, 0.01, 0.95], [0.0, 0.05, 0.02], s)["separated"]
     # fully separated but below the margin: not a failure
     assert not separation_test([0.12, 0.13, 0.14], [0.0, 0.05, 0.02], s)["separated"]
-    low = Symptom("out_grad_norm", module="fc1", direction="less", scale="log", margin=1.0)
+    low = Manifestation("out_grad_norm", module="fc1", direction="less", scale="log", margin=1.0)
     assert separation_test([1e-8, 2e-8, 1e-8], [1e-2, 2e-2, 1e-2], low)["separated"]
     assert not separation_test([1e-2, 2e-2, 1e-2], [1e-8, 2e-8, 1e-8], low)["separated"]
 

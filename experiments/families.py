@@ -6,7 +6,7 @@ decorator rejects a duplicate name; a lookup miss lists the known names;
 
 Examples
 --------
->>> from experiments.registry import register_family
+>>> from experiments.families import register_family
 >>> @register_family(name="my_family", kind="failure", architecture="MLP", data="digits",
 ...                  description="...", failure_type="training_plateau",
 ...                  root_cause="learning_rate_too_low", default_severity=100.0,

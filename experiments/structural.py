@@ -3,8 +3,8 @@ on long sequences without gradient clipping."""
 
 from __future__ import annotations
 
-from experiments.registry import register_family
-from experiments.scenario import (ArchConfig, DataConfig, OnsetRule, Scenario, Symptom,
+from experiments.families import register_family
+from experiments.scenario import (ArchConfig, DataConfig, OnsetRule, Scenario, Manifestation,
                                   TrainConfig)
 
 __all__: list[str] = []
@@ -43,8 +43,8 @@ def _resnet_no_norm(severity: float) -> Scenario:
                                  for m in ("fc1", "act", "fc2"))),
         origin_scope="global",
         onset=OnsetRule("fixed", step=0, tolerance=3),
-        symptoms=(Symptom("max_act", direction="greater", scale="log", margin=1.0),
-                  Symptom("max_grad_norm", direction="greater", scale="log", margin=1.0)),
+        manifestations=(Manifestation("max_act", direction="greater", scale="log", margin=1.0),
+                  Manifestation("max_grad_norm", direction="greater", scale="log", margin=1.0)),
     )
 
 
@@ -83,6 +83,6 @@ def _rnn_no_clip(severity: float) -> Scenario:
         origin_scope="layer",
         # Gradient bursts come and go; the onset is the first burst 5x above the clipped twin.
         onset=OnsetRule("twin", statistic="grad_norm", scale="log", margin=0.7, tolerance=10),
-        symptoms=(Symptom("loss_ratio", direction="greater", scale="log", margin=0.2),
-                  Symptom("max_grad_norm", direction="greater", scale="log", margin=1.0)),
+        manifestations=(Manifestation("loss_ratio", direction="greater", scale="log", margin=0.2),
+                  Manifestation("max_grad_norm", direction="greater", scale="log", margin=1.0)),
     )

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from experiments.registry import register_family
-from experiments.scenario import (ArchConfig, DataConfig, OnsetRule, Scenario, Symptom,
+from experiments.families import register_family
+from experiments.scenario import (ArchConfig, DataConfig, OnsetRule, Scenario, Manifestation,
                                   TrainConfig)
 
 __all__: list[str] = []
@@ -38,6 +38,6 @@ def _unnormalized_inputs(severity: float) -> Scenario:
         origin_layers=("fc1", "act1"),
         origin_scope="layer",
         onset=OnsetRule("fixed", step=0, tolerance=3),
-        symptoms=(Symptom("saturated_share", module="act1", direction="greater",
+        manifestations=(Manifestation("saturated_share", module="act1", direction="greater",
                           scale="linear", margin=0.3),),
     )
