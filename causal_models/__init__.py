@@ -36,12 +36,12 @@ from causal_models.calibration import (
 )
 from causal_models.counterfactuals import Counterfactual, what_if
 from causal_models.discretize import Discretized, discretize
-from causal_models.export import cpd_frame, cpd_frames, to_mermaid, to_networkx
+from causal_models.export import cpd_frame, cpd_frames, network_to_mermaid, to_networkx
 from causal_models.interventions import intervene
 from causal_models.network import ProbabilisticReasoner
 from causal_models.registry import (
+    CauseFragment,
     FailureMode,
-    RootCause,
     get_failure_mode,
     get_root_cause,
     list_failure_modes,
@@ -67,11 +67,11 @@ __all__ = [
     "brier_score",
     "negative_log_likelihood",
     "to_networkx",
-    "to_mermaid",
+    "network_to_mermaid",
     "cpd_frame",
     "cpd_frames",
     "FailureMode",
-    "RootCause",
+    "CauseFragment",
     "register_failure_mode",
     "register_root_cause",
     "unregister",

@@ -13,7 +13,7 @@ folds):
   uniform distribution, ``(1 - eps) * p_T + eps / K``. ``T`` and ``eps`` are chosen on a grid
   to minimise the expected calibration error of the held-out predictions (15 bins), of the
   class probabilities plus, when the healthy class is named, of the *verdict*
-  (:func:`verdict`: the failure type with the largest posterior when it reaches 0.5, else
+  (:func:`verdict_from_proba`: the failure type with the largest posterior when it reaches 0.5, else
   healthy with one minus it; the confidence a user reads). Three rules shape the choice:
   only grid points whose verdicts are right as often as the best ones' compete (a
   recalibration changes confidences, not answers); no verdict's confidence goes above the
@@ -53,7 +53,7 @@ __all__ = [
     "brier_score",
     "negative_log_likelihood",
     "calibration_report",
-    "verdict",
+    "verdict_from_proba",
 ]
 
 _EPS = 1e-12
@@ -122,7 +122,7 @@ def negative_log_likelihood(probs: np.ndarray, y: np.ndarray) -> float:
     return float(-np.mean(np.log(np.clip(probs[np.arange(len(y)), y], _EPS, 1.0))))
 
 
-def verdict(probs: np.ndarray, healthy: int, threshold: float = 0.5
+def verdict_from_proba(probs: np.ndarray, healthy: int, threshold: float = 0.5
             ) -> tuple[np.ndarray, np.ndarray]:
     """The contract's verdict on each row and the confidence it carries.
 
@@ -285,8 +285,8 @@ def fit_calibrator(method: Literal["temperature", "isotonic", "none"], probs: np
         # of a kind, all right, the next is right with probability (n + 1) / (n + 2), so
         # no confidence goes above it (a failing verdict's through the uniform mixture, a
         # healthy one's through the shrink of its mass)
-        n_healthy = int(np.sum(verdict(probs, healthy)[0] == healthy)) if healthy is not None \
-            else 0
+        n_healthy = (int(np.sum(verdict_from_proba(probs, healthy)[0] == healthy))
+                     if healthy is not None else 0)
         eps_min = k / (k - 1) / (len(y) - n_healthy + 2)
         grid = np.linspace(0.0, 0.2, 21)
         epsilons = np.union1d(grid[grid >= eps_min], [eps_min])
@@ -303,7 +303,7 @@ def fit_calibrator(method: Literal["temperature", "isotonic", "none"], probs: np
                     q = mixed if shrink == 0 else _shrink_healthy(mixed, int(healthy or 0), shrink)
                     gap = expected_calibration_error(q, y)
                     if healthy is not None:
-                        label, conf = verdict(q, healthy)
+                        label, conf = verdict_from_proba(q, healthy)
                         gap += binary_expected_calibration_error(conf, label == y)
                     else:
                         label = q.argmax(axis=1)

@@ -2,7 +2,7 @@
 
 - :func:`to_networkx`: the structure as a ``networkx.DiGraph`` (node attributes: ``role``
   and ``states``);
-- :func:`to_mermaid`: Mermaid ``graph`` text, slices drawn as subgraphs;
+- :func:`network_to_mermaid`: Mermaid ``graph`` text, slices drawn as subgraphs;
 - :func:`cpd_frame`: one conditional table as a DataFrame (rows: parent configurations,
   columns: the node's states);
 - :func:`cpd_frames`: every table.
@@ -17,7 +17,7 @@ import pandas as pd
 
 from causal_models.fitted import FittedModel, check_is_fitted
 
-__all__ = ["to_networkx", "to_mermaid", "cpd_frame", "cpd_frames"]
+__all__ = ["to_networkx", "network_to_mermaid", "cpd_frame", "cpd_frames"]
 
 
 def to_networkx(reasoner: FittedModel) -> nx.DiGraph:
@@ -35,7 +35,7 @@ def _mermaid_id(node: str) -> str:
     return "n_" + re.sub(r"[^0-9A-Za-z_]", "_", node)
 
 
-def to_mermaid(reasoner: FittedModel, *, include_slices: bool = True) -> str:
+def network_to_mermaid(reasoner: FittedModel, *, include_slices: bool = True) -> str:
     """Mermaid ``graph TD`` text of the network (slices grouped in subgraphs).
 
     Parameters

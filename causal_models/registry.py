@@ -41,7 +41,7 @@ from neuraldbg.registry_base import Registry, UnknownNameError
 
 __all__ = [
     "FailureMode",
-    "RootCause",
+    "CauseFragment",
     "register_failure_mode",
     "register_root_cause",
     "unregister",
@@ -118,7 +118,7 @@ class FailureMode:
 
 
 @dataclass(frozen=True, slots=True)
-class RootCause:
+class CauseFragment:
     """A root cause (a state of the ``root_cause`` node) and its network fragment.
 
     Attributes
@@ -183,7 +183,7 @@ class RootCause:
 
 _SIGNATURE_KINDS = ("grad", "act", "loss", "progress", "spikes", "grad_ratio")
 _FAILURE_MODES: Registry[FailureMode] = Registry("failure mode")
-_ROOT_CAUSES: Registry[RootCause] = Registry("root cause")
+_ROOT_CAUSES: Registry[CauseFragment] = Registry("root cause")
 
 
 def register_failure_mode(
@@ -247,7 +247,7 @@ def register_root_cause(
     traits : dict, optional
         New latent trait nodes and their states.
     knob, family, priority, label, description, signs
-        See :class:`RootCause` (``signs`` keys are checked when a network is built).
+        See :class:`CauseFragment` (``signs`` keys are checked when a network is built).
 
     Returns
     -------
@@ -276,9 +276,9 @@ def register_root_cause(
                              f"failure modes: {sorted(_FAILURE_MODES)}. Register it first.")
 
     def decorator(rule: Callable[..., float]) -> Callable[..., float]:
-        _ROOT_CAUSES.add(name, RootCause(name, rule, tuple(parents), dict(failure_types), traits,
-                                         knob, family, priority, label, description,
-                                         {k: dict(v) for k, v in (signs or {}).items()}))
+        _ROOT_CAUSES.add(name, CauseFragment(
+            name, rule, tuple(parents), dict(failure_types), traits, knob, family, priority,
+            label, description, {k: dict(v) for k, v in (signs or {}).items()}))
         extend_vocabulary(root_causes=(name,))
         return rule
 
@@ -309,7 +309,7 @@ def get_failure_mode(name: str) -> FailureMode:
     return _FAILURE_MODES.get(name)
 
 
-def get_root_cause(name: str) -> RootCause:
+def get_root_cause(name: str) -> CauseFragment:
     """The registered root cause ``name``; ``UnknownNameError`` (a KeyError) on a miss."""
     return _ROOT_CAUSES.get(name)
 
@@ -319,6 +319,6 @@ def list_failure_modes() -> list[FailureMode]:
     return _FAILURE_MODES.values()
 
 
-def list_root_causes() -> list[RootCause]:
+def list_root_causes() -> list[CauseFragment]:
     """Registered root causes in registration order."""
     return _ROOT_CAUSES.values()

@@ -29,7 +29,7 @@ from causal_models.bins import (
 )
 from causal_models.evidence import RULE_STRENGTH_STATES
 from causal_models.priors import NO_CAUSE, PRIOR_SHAPE, NodeTables, normalised
-from causal_models.registry import FailureMode, RootCause
+from causal_models.registry import CauseFragment, FailureMode
 from neuraldbg.records import HEALTHY
 
 __all__ = ["KNOB_EVIDENCE", "RUN_EVIDENCE", "check_signs", "add_knob_evidence",
@@ -91,7 +91,7 @@ _STRENGTH_TRUST: dict[str, float] = {"weak": 0.55, "moderate": 0.65, "strong": 0
                                      "certain": 1.0}
 
 
-def check_signs(causes: list[RootCause]) -> None:
+def check_signs(causes: list[CauseFragment]) -> None:
     """Raise ValueError if a cause gives signs on a node that is not knob or run evidence."""
     signed = {*KNOB_EVIDENCE, *RUN_EVIDENCE}
     for cause in causes:
@@ -121,7 +121,7 @@ def _knob_evidence_row(table: dict[str, dict[str, float]], states: tuple[str, ..
     return row
 
 
-def add_knob_evidence(nodes: NodeTables, causes: list[RootCause]) -> None:
+def add_knob_evidence(nodes: NodeTables, causes: list[CauseFragment]) -> None:
     """What a run shows of its knob levels (early updates, forward gain, config)."""
     for node, (parent, sts, table) in KNOB_EVIDENCE.items():
         signs = {c.fault_node: c.signs[node] for c in causes if node in c.signs}
@@ -147,7 +147,7 @@ def _run_evidence_row(mode_of: dict[str, FailureMode], node: str, states: tuple[
     return row
 
 
-def add_run_evidence(nodes: NodeTables, causes: list[RootCause],
+def add_run_evidence(nodes: NodeTables, causes: list[CauseFragment],
                       mode_of: dict[str, FailureMode]) -> None:
     """Run-level evidence on the failure, and on the faults that sign it."""
     for node, sts in RUN_EVIDENCE.items():

@@ -47,8 +47,8 @@ from causal_models.priors import NO_CAUSE, PRIOR_SHAPE, NodeTables, normalised, 
 from causal_models.registry import (
     CONTEXT_NODES,
     KNOB_NODES,
+    CauseFragment,
     FailureMode,
-    RootCause,
     list_failure_modes,
     list_root_causes,
 )
@@ -166,7 +166,7 @@ def _failure_row(last: dict[str, str], where_of: dict[str, tuple[str, ...]],
     return score / score.sum()
 
 
-def _add_roots(nodes: NodeTables, causes: list[RootCause]) -> None:
+def _add_roots(nodes: NodeTables, causes: list[CauseFragment]) -> None:
     """Knobs (some latent levels), context and the causes' latent traits: the roots."""
     for node, sts in KNOB_NODES.items():
         weights = {"ok": PRIOR_SHAPE.level_ok} if node in LEVEL_NODES else {}
@@ -180,7 +180,7 @@ def _add_roots(nodes: NodeTables, causes: list[RootCause]) -> None:
                       lambda s=tuple(sts): normalised({s[0]: PRIOR_SHAPE.trait_normal}, s, 1.0))
 
 
-def _add_faults(nodes: NodeTables, causes: list[RootCause]) -> None:
+def _add_faults(nodes: NodeTables, causes: list[CauseFragment]) -> None:
     """One binary fault node per cause, its rule as prior P(fault | parents)."""
     clamp = PRIOR_SHAPE.rule_clamp
     for cause in causes:
@@ -189,7 +189,7 @@ def _add_faults(nodes: NodeTables, causes: list[RootCause]) -> None:
                       float(min(max(c.rule(**kw), clamp), 1 - clamp))))
 
 
-def _add_root_cause(nodes: NodeTables, causes: list[RootCause]) -> tuple[str, ...]:
+def _add_root_cause(nodes: NodeTables, causes: list[CauseFragment]) -> tuple[str, ...]:
     """The root cause: the present fault with the highest priority (split by priority)."""
     fault_nodes = tuple(sorted(c.fault_node for c in causes))
     by_fault = {c.fault_node: c for c in causes}
@@ -287,7 +287,8 @@ def _add_failure_type(nodes: NodeTables, n_slices: int, n_blocks: int,
     nodes.add("failure_type", ft_states, tuple(sorted(ft_parents)), "failure_type", ft_row)
 
 
-def _produced(causes: list[RootCause], ft_states: tuple[str, ...]) -> dict[str, dict[str, float]]:
+def _produced(causes: list[CauseFragment], ft_states: tuple[str, ...]
+              ) -> dict[str, dict[str, float]]:
     """Root-cause state -> the failure types it produces, with weights."""
     produce = {c.name: dict(c.failure_types) for c in causes}
     produce[NO_CAUSE] = {HEALTHY: 1.0}

@@ -14,6 +14,7 @@ from causal_models.calibration import (
     expected_calibration_error,
     fit_calibrator,
     negative_log_likelihood,
+    verdict_from_proba,
 )
 
 
@@ -84,15 +85,13 @@ def test_a_few_dozen_right_answers_never_buy_certainty() -> None:
     """30 held-out runs, every verdict right and already confident: sharpening would score
     best on them, but the rule of succession caps a verdict at (n + 1) / (n + 2) of its
     kind (here 20 failing and 10 healthy verdicts)."""
-    from causal_models.calibration import verdict
-
     rng = np.random.default_rng(2)
     k, healthy = 4, 0
     y = np.array([healthy] * 10 + list(rng.integers(1, k, 20)))
     probs = np.full((30, k), 0.04)
     probs[np.arange(30), y] = 0.88
     cal = fit_calibrator("temperature", probs, y, healthy=healthy)
-    label, conf = verdict(cal.transform(probs), healthy)
+    label, conf = verdict_from_proba(cal.transform(probs), healthy)
     assert (label == y).all()
     assert conf[y != healthy].max() <= 21 / 22 + 1e-9
     assert conf[y == healthy].max() <= 11 / 12 + 1e-9
@@ -104,12 +103,10 @@ def test_recalibration_changes_confidences_not_answers() -> None:
     """Ten held-out runs, all right: the confidence bound leaves every calibrator's gap
     above zero, and ECE alone would rather turn the three failing verdicts into wrong
     "healthy" ones at matching confidence; the chosen map keeps every answer."""
-    from causal_models.calibration import verdict
-
     y = np.array([2, 0, 0, 3, 0, 0, 1, 0, 0, 0])
     probs = np.full((10, 7), 0.001)
     probs[np.arange(10), y] = 0.99
     probs /= probs.sum(axis=1, keepdims=True)
     cal = fit_calibrator("temperature", probs, y, healthy=0)
-    label, _ = verdict(cal.transform(probs), 0)
+    label, _ = verdict_from_proba(cal.transform(probs), 0)
     np.testing.assert_array_equal(label, y)

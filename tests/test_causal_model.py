@@ -17,7 +17,7 @@ from causal_models import (
     Counterfactual,
     ProbabilisticReasoner,
     cpd_frame,
-    to_mermaid,
+    network_to_mermaid,
     to_networkx,
 )
 from neuraldbg.errors import NotFittedError
@@ -204,7 +204,7 @@ def test_export_graph_mermaid_and_tables(fitted) -> None:
     import networkx as nx
 
     assert nx.is_directed_acyclic_graph(graph)
-    text = to_mermaid(model)
+    text = network_to_mermaid(model)
     assert text.startswith("graph TD") and "-->" in text
     assert text.count("-->") == graph.number_of_edges()
     table = cpd_frame(model, "failure_type")
