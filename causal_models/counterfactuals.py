@@ -228,6 +228,44 @@ def _faults_under(reasoner: FittedModel, faults: list[str],
     return q_new, q_old
 
 
+def _run_features(reasoner: FittedModel, trace: Trace) -> dict[str, float]:
+    """The run's continuous features, with ``lr_peak``: decades of its peak rate over the median."""
+    features = dict(reasoner.observe(trace).features)
+    rates = trace.steps["lr"].to_numpy(dtype=float) if "lr" in trace.steps else np.zeros(0)
+    rates = rates[np.isfinite(rates) & (rates > 0)]
+    features["lr_peak"] = float(np.log10(rates.max() / np.median(rates))) if rates.size \
+        else math.nan
+    return features
+
+
+def _action(reasoner: FittedModel, trace: Trace, changes: dict[str, Any],
+            evidence: dict[str, str], features: dict[str, float]
+            ) -> tuple[dict[str, str], dict[str, float]]:
+    """The intervention as node states set (``acted``) and level moves (``moves``).
+
+    A knob at its factual value moves nothing: a multiplier of 1, a clip that never bites,
+    a setting the run already had.
+    """
+    acted: dict[str, str] = {}
+    if "grad_clip" in changes:
+        acted["clipping"] = _clipping_under(trace, changes["grad_clip"], evidence, reasoner)
+    if "activation" in changes:
+        acted["activation"] = changes["activation"]
+    if "normalization" in changes:
+        acted["normalization"] = changes["normalization"]
+    moves = {node: math.log10(changes[knob]) / LEVEL_WIDTH[node]
+             for node, knob in LEVEL_NODES.items() if knob in changes}
+    if "init_scale" in changes and "sigmoid_decay" in evidence:
+        # scaled weights scale every hidden layer's gain
+        decades = features.get("sigmoid_decay", math.nan) + features.get(
+            "hidden_layers", 0.0) * math.log10(changes["init_scale"])
+        if math.isfinite(decades):
+            acted["sigmoid_decay"] = sigmoid_decay_state(decades, reasoner.bins)
+    moves = {n: v for n, v in moves.items() if v != 0.0}
+    acted = {n: v for n, v in acted.items() if evidence.get(n) != v}
+    return acted, moves
+
+
 def what_if(reasoner: FittedModel, trace: Trace, **knobs: Any) -> Counterfactual:
     """P(failure) of this run had the knobs been different (abduction, action, prediction).
 
@@ -254,40 +292,15 @@ def what_if(reasoner: FittedModel, trace: Trace, **knobs: Any) -> Counterfactual
     """
     check_is_fitted(reasoner)
     changes = validate_knobs(**knobs)
-    structure = reasoner.structure_
-    roles = structure.roles
+    roles = reasoner.structure_.roles
     evidence = reasoner.evidence(trace)
-    features = dict(reasoner.observe(trace).features)
-    rates = trace.steps["lr"].to_numpy(dtype=float) if "lr" in trace.steps else np.zeros(0)
-    rates = rates[np.isfinite(rates) & (rates > 0)]
-    features["lr_peak"] = float(np.log10(rates.max() / np.median(rates))) if rates.size \
-        else math.nan
+    features = _run_features(reasoner, trace)
     classes = list(reasoner.classes_)
     healthy = classes.index(HEALTHY)
     latent = {n for n, r in roles.items() if r in ("latent_knob", "trait")}
-
     # 2. Action (the node states under the intervention), set up first: abduction needs
     # to know which parents move.
-    acted: dict[str, str] = {}
-    if "grad_clip" in changes:
-        acted["clipping"] = _clipping_under(trace, changes["grad_clip"], evidence, reasoner)
-    if "activation" in changes:
-        acted["activation"] = changes["activation"]
-    if "normalization" in changes:
-        acted["normalization"] = changes["normalization"]
-    moves = {node: math.log10(changes[knob]) / LEVEL_WIDTH[node]
-             for node, knob in LEVEL_NODES.items() if knob in changes}
-    if "init_scale" in changes and "sigmoid_decay" in evidence:
-        # scaled weights scale every hidden layer's gain
-        decades = features.get("sigmoid_decay", math.nan) + features.get(
-            "hidden_layers", 0.0) * math.log10(changes["init_scale"])
-        if math.isfinite(decades):
-            acted["sigmoid_decay"] = sigmoid_decay_state(decades, reasoner.bins)
-
-    # A knob at its factual value moves nothing: a multiplier of 1, a clip that never
-    # bites, a setting the run already had.
-    moves = {n: v for n, v in moves.items() if v != 0.0}
-    acted = {n: v for n, v in acted.items() if evidence.get(n) != v}
+    acted, moves = _action(reasoner, trace, changes, evidence, features)
     no_op = not (moves or acted)
     raw = reasoner.raw_proba(trace)
     faults = sorted(n for n, r in roles.items() if r == "fault")
