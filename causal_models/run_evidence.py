@@ -37,36 +37,32 @@ def early_median(values: np.ndarray, n_steps: int) -> float:
     return float(np.median(head)) if head.size else float("nan")
 
 
-def run_states(trace: Trace, blocks: tuple[tuple[str, ...], ...], bins: Bins,
-               states: dict[str, str], features: dict[str, float]) -> None:
-    """Fill ``states`` and ``features`` with the run-level evidence (this module's docstring).
-
-    Progress, gradient spikes, gradient ratio; on the knobs: update ratio, forward gain,
-    input magnitude.
-    """
-    steps = trace.steps
-    loss = steps["loss"].to_numpy(dtype=float)
-    gnorm = steps["grad_norm"].to_numpy(dtype=float)
+def _progress(loss: np.ndarray, bins: Bins) -> tuple[str, float]:
+    """Final over early loss: learned | partial | none | worse (nonfinite: a NaN/Inf loss)."""
     if not np.isfinite(loss).all():
-        states["progress"], progress = "nonfinite", float("inf")
-    else:
-        tail = loss[-max(3, len(loss) // 20):]
-        l0 = early_median(loss, len(loss))
-        progress = float(np.median(tail) / l0) if abs(l0) > 1e-12 else 1.0
-        e = bins.progress_edges
-        states["progress"] = ("learned" if progress < e[0] else "partial" if progress < e[1]
-                              else "none" if progress < e[2] else "worse")
-    features["progress"] = progress
+        return "nonfinite", float("inf")
+    tail = loss[-max(3, len(loss) // 20):]
+    l0 = early_median(loss, len(loss))
+    progress = float(np.median(tail) / l0) if abs(l0) > 1e-12 else 1.0
+    e = bins.progress_edges
+    return ("learned" if progress < e[0] else "partial" if progress < e[1]
+            else "none" if progress < e[2] else "worse"), progress
+
+
+def _spikes(gnorm: np.ndarray, bins: Bins) -> tuple[str, float]:
+    """Decades of the largest global gradient norm over its median: calm | spiky | extreme."""
     finite_g = gnorm[np.isfinite(gnorm) & (gnorm > 0)]
     if not np.isfinite(gnorm).all():
-        states["spikes"], spikes = "nonfinite", float("inf")
-    elif finite_g.size:
-        spikes = float(np.log10(finite_g.max() / np.median(finite_g)))
-        e2 = bins.spike_edges
-        states["spikes"] = "calm" if spikes < e2[0] else "spiky" if spikes < e2[1] else "extreme"
-    else:
-        states["spikes"], spikes = "calm", 0.0
-    features["spikes"] = spikes
+        return "nonfinite", float("inf")
+    if not finite_g.size:
+        return "calm", 0.0
+    spikes = float(np.log10(finite_g.max() / np.median(finite_g)))
+    e2 = bins.spike_edges
+    return ("calm" if spikes < e2[0] else "spiky" if spikes < e2[1] else "extreme"), spikes
+
+
+def _grad_ratio(trace: Trace, bins: Bins) -> tuple[str, float]:
+    """Decades of the first over the last weighted layer's early gradient norm (AutoTrainer)."""
     ratio = float("nan")
     stats = trace.stats
     if len(stats):
@@ -83,22 +79,29 @@ def run_states(trace: Trace, blocks: tuple[tuple[str, ...], ...], bins: Bins,
                     logs = log10_abs(pair)
                     ratio = float(logs[0] - logs[1])
     e3 = bins.grad_ratio_edges
-    states["grad_ratio"] = ("balanced" if not np.isfinite(ratio) else "dead" if ratio < e3[0]
-                            else "vanishing" if ratio < e3[1] else "balanced" if ratio < e3[2]
-                            else "growing")
-    features["grad_ratio"] = ratio
-    upd = steps["update_ratio"].to_numpy(dtype=float)
+    return ("balanced" if not np.isfinite(ratio) else "dead" if ratio < e3[0]
+            else "vanishing" if ratio < e3[1] else "balanced" if ratio < e3[2]
+            else "growing"), ratio
+
+
+def _update(upd: np.ndarray, bins: Bins) -> tuple[str, float]:
+    """log10 of the early update ratio ||dW||/||W||: tiny | small | normal | large."""
     k = max(3, len(upd) // 20)
     head = upd[:k]
-    if np.isfinite(head).any():
-        u = float(np.median(log10_abs(head[np.isfinite(head)])))
-        e = bins.update_edges
-        states["update"] = ("tiny" if u < e[0] else "small" if u < e[1]
-                            else "normal" if u < e[2] else "large")
-    else:
-        u = float("nan")
-        states["update"] = "nonfinite"
-    features["update"] = u
+    if not np.isfinite(head).any():
+        return "nonfinite", float("nan")
+    u = float(np.median(log10_abs(head[np.isfinite(head)])))
+    e = bins.update_edges
+    return ("tiny" if u < e[0] else "small" if u < e[1]
+            else "normal" if u < e[2] else "large"), u
+
+
+def _forward_scale(trace: Trace) -> tuple[float, float]:
+    """The forward gain and the input scale, at the first recorded step.
+
+    The gain is the activation scale of the last third of the weighted layers over the first
+    third's (decades); the input scale is the first weighted layer's output scale.
+    """
     stats = trace.stats
     gain, inp = float("nan"), float("nan")
     if len(stats):
@@ -118,6 +121,25 @@ def run_states(trace: Trace, blocks: tuple[tuple[str, ...], ...], bins: Bins,
                 gain = float(np.mean(hi) - np.mean(lo))
             elif not np.isfinite(hi).all():
                 gain = float("inf")
+    return gain, inp
+
+
+def run_states(trace: Trace, blocks: tuple[tuple[str, ...], ...], bins: Bins,
+               states: dict[str, str], features: dict[str, float]) -> None:
+    """Fill ``states`` and ``features`` with the run-level evidence (this module's docstring).
+
+    Progress, gradient spikes, gradient ratio; on the knobs: update ratio, forward gain,
+    input magnitude.
+    """
+    steps = trace.steps
+    states["progress"], features["progress"] = _progress(steps["loss"].to_numpy(dtype=float),
+                                                         bins)
+    states["spikes"], features["spikes"] = _spikes(steps["grad_norm"].to_numpy(dtype=float),
+                                                   bins)
+    states["grad_ratio"], features["grad_ratio"] = _grad_ratio(trace, bins)
+    states["update"], features["update"] = _update(steps["update_ratio"].to_numpy(dtype=float),
+                                                   bins)
+    gain, inp = _forward_scale(trace)
     states["fwd_gain"] = ("growing" if gain > bins.gain_edge else
                           "shrinking" if gain < -bins.gain_edge else "stable")
     states["input_mag"] = "large" if np.isfinite(inp) and inp > bins.input_large else "normal"
