@@ -102,67 +102,98 @@ def observe_knobs(trace: Trace, bins: Bins | None = None) -> dict[str, str]:
     bins = bins or Bins()
     config = trace.meta.get("config") or {}
     types = trace.modules["module_type"].astype(str).tolist()
+    arch, depth = _architecture(types, config, bins)
+    return {"activation": _activation(types, config),
+            "normalization": _normalization(types, config),
+            "clipping": _clipping(trace, config, bins), "depth": depth, "arch": arch,
+            "lr_config": _lr_config(trace, config, bins),
+            "init_config": _init_config(config, bins),
+            "input_config": _input_config(config, bins),
+            "lr_schedule": _lr_schedule(trace, bins)}
+
+
+def _activation(types: list[str], config: dict[str, Any]) -> str:
+    """The most common activation module (ties: by name), else the configured one."""
     acts = [_ACT_TYPES[t] for t in types if t in _ACT_TYPES]
     if acts:
-        activation = max(set(acts), key=lambda a: (acts.count(a), a))
-    else:
-        activation = _ACT_NAMES.get(str(config.get("activation", "")).lower(), "other")
+        return max(set(acts), key=lambda a: (acts.count(a), a))
+    return _ACT_NAMES.get(str(config.get("activation", "")).lower(), "other")
+
+
+def _normalization(types: list[str], config: dict[str, Any]) -> str:
+    """Batch or layer normalization among the modules, else the configured one."""
     if any(t.startswith("BatchNorm") for t in types):
-        normalization = "batch"
-    elif any(t in ("LayerNorm", "GroupNorm", "RMSNorm") for t in types):
-        normalization = "layer"
-    else:
-        norm_cfg = str(config.get("normalization") or "none").lower()
-        normalization = norm_cfg if norm_cfg in NORMALIZATION_STATES else "none"
+        return "batch"
+    if any(t in ("LayerNorm", "GroupNorm", "RMSNorm") for t in types):
+        return "layer"
+    norm_cfg = str(config.get("normalization") or "none").lower()
+    return norm_cfg if norm_cfg in NORMALIZATION_STATES else "none"
+
+
+def _clipping(trace: Trace, config: dict[str, Any], bins: Bins) -> str:
+    """How much of the run the configured ``grad_clip`` capped (:func:`clipping_state`)."""
     clip = config.get("grad_clip")
-    clipping = "none"
-    if isinstance(clip, (int, float)) and not isinstance(clip, bool) and clip > 0:
-        norms = trace.steps["grad_norm"].to_numpy(dtype=float) if "grad_norm" in trace.steps \
-            else np.zeros(0)
-        clipping = clipping_state(clip_share(norms, clip, bins), bins) if norms.size else "peaks"
+    if not (isinstance(clip, (int, float)) and not isinstance(clip, bool) and clip > 0):
+        return "none"
+    norms = trace.steps["grad_norm"].to_numpy(dtype=float) if "grad_norm" in trace.steps \
+        else np.zeros(0)
+    return clipping_state(clip_share(norms, clip, bins), bins) if norms.size else "peaks"
+
+
+def _architecture(types: list[str], config: dict[str, Any], bins: Bins) -> tuple[str, str]:
+    """The architecture family and the depth (weighted layers, or stacked recurrent layers)."""
     n_weighted = sum(any(t.startswith(w) for w in _WEIGHTED_TYPES) for t in types)
     recurrent_layers = int(config.get("num_layers", 1) or 1)
     depth = "deep" if n_weighted >= bins.deep_layers else "shallow"
     if any(t in ("RNN", "GRU", "LSTM", "RNNCell", "GRUCell", "LSTMCell") for t in types):
-        arch = "recurrent"
         depth = "deep" if recurrent_layers >= 4 or n_weighted >= bins.deep_layers else depth
-    elif any("Attention" in t for t in types):
-        arch = "attention"
-    elif any(t.startswith("Conv") for t in types):
-        arch = "convolutional"
-    else:
-        arch = "feedforward"
+        return "recurrent", depth
+    if any("Attention" in t for t in types):
+        return "attention", depth
+    if any(t.startswith("Conv") for t in types):
+        return "convolutional", depth
+    return "feedforward", depth
+
+
+def _lr_config(trace: Trace, config: dict[str, Any], bins: Bins) -> str:
+    """The configured learning rate against the optimizer's usual one: low | typical | high."""
     lr = config.get("lr")
     opt = str(config.get("optimizer") or trace.meta.get("optimizer_class") or "").lower()
     ref = _LR_REFERENCE.get(opt)
-    if isinstance(lr, (int, float)) and lr > 0 and ref is not None:
-        decades = math.log10(lr / ref)
-        lo, hi = bins.lr_config_edges
-        lr_config = "low" if decades < lo else ("high" if decades > hi else "typical")
-    else:
-        lr_config = "unknown"
+    if not (isinstance(lr, (int, float)) and lr > 0 and ref is not None):
+        return "unknown"
+    decades = math.log10(lr / ref)
+    lo, hi = bins.lr_config_edges
+    return "low" if decades < lo else ("high" if decades > hi else "typical")
+
+
+def _init_config(config: dict[str, Any], bins: Bins) -> str:
+    """The configured init gain: small | default | large."""
     init = config.get("init")
     gain = init.get("gain") if isinstance(init, dict) else config.get("init_gain")
-    if isinstance(gain, (int, float)) and gain > 0:
-        lo, hi = bins.init_gain_edges
-        init_config = "small" if gain < lo else ("large" if gain > hi else "default")
-    else:
-        init_config = "unknown"
+    if not (isinstance(gain, (int, float)) and gain > 0):
+        return "unknown"
+    lo, hi = bins.init_gain_edges
+    return "small" if gain < lo else ("large" if gain > hi else "default")
+
+
+def _input_config(config: dict[str, Any], bins: Bins) -> str:
+    """Whether the config says the inputs are standardized (and not scaled up)."""
     norm_in = config.get("input_normalization")
     scale_in = config.get("input_scale", 1.0)
     scale_in = scale_in if isinstance(scale_in, (int, float)) else 1.0
     if norm_in is None:
-        input_config = "unknown" if scale_in <= bins.input_scale_raw else "raw"
-    else:
-        standardized = str(norm_in).lower() not in ("none", "raw", "false", "")
-        input_config = ("standardized" if standardized and scale_in <= bins.input_scale_raw
-                        else "raw")
+        return "unknown" if scale_in <= bins.input_scale_raw else "raw"
+    standardized = str(norm_in).lower() not in ("none", "raw", "false", "")
+    return "standardized" if standardized and scale_in <= bins.input_scale_raw else "raw"
+
+
+def _lr_schedule(trace: Trace, bins: Bins) -> str:
+    """``spike`` when the recorded rate jumps above ``lr_spike_factor`` x its median."""
     lr_steps = trace.steps["lr"].to_numpy(dtype=float) if "lr" in trace.steps else np.zeros(0)
     lr_steps = lr_steps[np.isfinite(lr_steps) & (lr_steps > 0)] if len(lr_steps) else lr_steps
     spike = len(lr_steps) > 0 and lr_steps.max() > bins.lr_spike_factor * np.median(lr_steps)
-    return {"activation": activation, "normalization": normalization, "clipping": clipping,
-            "depth": depth, "arch": arch, "lr_config": lr_config, "init_config": init_config,
-            "input_config": input_config, "lr_schedule": "spike" if spike else "steady"}
+    return "spike" if spike else "steady"
 
 
 #: Largest slope of the logistic sigmoid (at 0): each sigmoid layer passes at most this share
