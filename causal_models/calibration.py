@@ -279,51 +279,94 @@ def fit_calibrator(method: Literal["temperature", "isotonic", "none"], probs: np
     if method == "none" or len(y) < 2:
         return Calibrator("none", n_fit=int(len(y)))
     if method == "temperature":
-        k = probs.shape[1]
-        candidates: list[tuple[float, float, float, float, float, float]] = []
-        # The rule of succession bounds each verdict's confidence: after n held-out verdicts
-        # of a kind, all right, the next is right with probability (n + 1) / (n + 2), so
-        # no confidence goes above it (a failing verdict's through the uniform mixture, a
-        # healthy one's through the shrink of its mass)
-        n_healthy = (int(np.sum(verdict_from_proba(probs, healthy)[0] == healthy))
-                     if healthy is not None else 0)
-        eps_min = k / (k - 1) / (len(y) - n_healthy + 2)
-        grid = np.linspace(0.0, 0.2, 21)
-        epsilons = np.union1d(grid[grid >= eps_min], [eps_min])
-        shrinks = np.zeros(1)
-        if healthy is not None:
-            shrink_min = 1.0 / (n_healthy + 2)
-            grid = np.linspace(0.0, 0.1, 11)
-            shrinks = np.union1d(grid[grid >= shrink_min], [shrink_min])
-        for t in np.geomspace(0.25, 50.0, 31):
-            tempered = _temper(probs, float(t))
-            for eps in epsilons:
-                mixed = (1.0 - eps) * tempered + eps / k
-                for shrink in shrinks:
-                    q = mixed if shrink == 0 else _shrink_healthy(mixed, int(healthy or 0), shrink)
-                    gap = expected_calibration_error(q, y)
-                    if healthy is not None:
-                        label, conf = verdict_from_proba(q, healthy)
-                        gap += binary_expected_calibration_error(conf, label == y)
-                    else:
-                        label = q.argmax(axis=1)
-                    candidates.append((float(np.mean(label == y)), gap,
-                                       negative_log_likelihood(q, y), float(t), float(eps),
-                                       float(shrink)))
-        # A recalibration changes confidences, not answers: only the grid points whose
-        # verdicts are right as often as the best ones' compete (ECE alone would buy a low
-        # gap by turning confident right verdicts into wrong ones at the same confidence).
-        # ECE on n runs moves by up to 1/n when one run's confidence moves: points within
-        # that of the best are equally good by it, and the log-likelihood (a proper score)
-        # chooses among them
-        best_acc = max(c[0] for c in candidates)
-        kept = [c for c in candidates if c[0] >= best_acc - 1e-12]
-        floor = min(c[1] for c in kept) + 1.0 / len(y)
-        *_, best_t, best_eps, best_shrink = min((c for c in kept if c[1] <= floor),
-                                                key=lambda c: (c[2], c[1]))
-        return Calibrator("temperature", temperature=best_t, epsilon=best_eps, n_fit=int(len(y)),
-                          healthy=-1 if healthy is None else int(healthy),
-                          healthy_shrink=best_shrink)
+        return _fit_temperature(probs, y, healthy)
+    return _fit_isotonic(probs, y)
+
+
+@dataclass(frozen=True, slots=True)
+class TemperatureGrid:
+    """The grid the temperature calibrator searches.
+
+    Attributes
+    ----------
+    temperatures : tuple of (float, float, int), default=(0.25, 50.0, 31)
+        Geometric grid (first, last, points) of the temperature: from four times sharper to
+        fifty times flatter than the network's posterior.
+    epsilons : tuple of (float, float, int), default=(0.0, 0.2, 21)
+        Linear grid of the uniform mixture's weight (the rule of succession adds its bound).
+    shrinks : tuple of (float, float, int), default=(0.0, 0.1, 11)
+        Linear grid of the share of a healthy verdict's mass moved to the most probable
+        failure type (the rule of succession adds its bound).
+    """
+
+    temperatures: tuple[float, float, int] = (0.25, 50.0, 31)
+    epsilons: tuple[float, float, int] = (0.0, 0.2, 21)
+    shrinks: tuple[float, float, int] = (0.0, 0.1, 11)
+
+
+#: The grid :func:`fit_calibrator` searches.
+TEMPERATURE_GRID = TemperatureGrid()
+
+
+def _bounded_grid(spec: tuple[float, float, int], bound: float) -> np.ndarray:
+    """The grid points at or above ``bound``, and ``bound`` itself."""
+    grid = np.linspace(*spec)
+    return np.union1d(grid[grid >= bound], [bound])
+
+
+def _temperature_candidates(probs: np.ndarray, y: np.ndarray, healthy: int | None,
+                            epsilons: np.ndarray, shrinks: np.ndarray
+                            ) -> list[tuple[float, float, float, float, float, float]]:
+    """(accuracy, ECE gap, NLL, temperature, epsilon, shrink) of every grid point."""
+    k = probs.shape[1]
+    candidates: list[tuple[float, float, float, float, float, float]] = []
+    for t in np.geomspace(*TEMPERATURE_GRID.temperatures):
+        tempered = _temper(probs, float(t))
+        for eps in epsilons:
+            mixed = (1.0 - eps) * tempered + eps / k
+            for shrink in shrinks:
+                q = mixed if shrink == 0 else _shrink_healthy(mixed, int(healthy or 0), shrink)
+                gap = expected_calibration_error(q, y)
+                if healthy is not None:
+                    label, conf = verdict_from_proba(q, healthy)
+                    gap += binary_expected_calibration_error(conf, label == y)
+                else:
+                    label = q.argmax(axis=1)
+                candidates.append((float(np.mean(label == y)), gap,
+                                   negative_log_likelihood(q, y), float(t), float(eps),
+                                   float(shrink)))
+    return candidates
+
+
+def _fit_temperature(probs: np.ndarray, y: np.ndarray, healthy: int | None) -> Calibrator:
+    k = probs.shape[1]
+    # The rule of succession bounds each verdict's confidence: after n held-out verdicts
+    # of a kind, all right, the next is right with probability (n + 1) / (n + 2), so
+    # no confidence goes above it (a failing verdict's through the uniform mixture, a
+    # healthy one's through the shrink of its mass)
+    n_healthy = (int(np.sum(verdict_from_proba(probs, healthy)[0] == healthy))
+                 if healthy is not None else 0)
+    epsilons = _bounded_grid(TEMPERATURE_GRID.epsilons, k / (k - 1) / (len(y) - n_healthy + 2))
+    shrinks = (np.zeros(1) if healthy is None
+               else _bounded_grid(TEMPERATURE_GRID.shrinks, 1.0 / (n_healthy + 2)))
+    candidates = _temperature_candidates(probs, y, healthy, epsilons, shrinks)
+    # A recalibration changes confidences, not answers: only the grid points whose
+    # verdicts are right as often as the best ones' compete (ECE alone would buy a low
+    # gap by turning confident right verdicts into wrong ones at the same confidence).
+    # ECE on n runs moves by up to 1/n when one run's confidence moves: points within
+    # that of the best are equally good by it, and the log-likelihood (a proper score)
+    # chooses among them
+    best_acc = max(c[0] for c in candidates)
+    kept = [c for c in candidates if c[0] >= best_acc - 1e-12]
+    floor = min(c[1] for c in kept) + 1.0 / len(y)
+    *_, best_t, best_eps, best_shrink = min((c for c in kept if c[1] <= floor),
+                                            key=lambda c: (c[2], c[1]))
+    return Calibrator("temperature", temperature=best_t, epsilon=best_eps, n_fit=int(len(y)),
+                      healthy=-1 if healthy is None else int(healthy),
+                      healthy_shrink=best_shrink)
+
+
+def _fit_isotonic(probs: np.ndarray, y: np.ndarray) -> Calibrator:
     from sklearn.isotonic import IsotonicRegression
 
     tables = []
