@@ -49,10 +49,11 @@ from typing import Any
 
 import numpy as np
 
-from neuraldbg.causes import RunFacts, score_causes
+from neuraldbg.causes import score_causes
 from neuraldbg.compressor import Compression
 from neuraldbg.events import LossDynamics
 from neuraldbg.records import Hypothesis
+from neuraldbg.run_facts import RunFacts
 from neuraldbg.states import StateTable
 from neuraldbg.symptoms import Symptom
 

@@ -31,7 +31,6 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 import networkx as nx
 import numpy as np
 
-from neuraldbg.causes import RunFacts, gather_facts
 from neuraldbg.compressor import Compression, CoupledFailure, compress
 from neuraldbg.errors import MissingDependencyError
 from neuraldbg.events import LossDynamics, extract_events, loss_dynamics
@@ -41,6 +40,7 @@ from neuraldbg.knobs import validate_knobs
 from neuraldbg.ranks import combine_ranks
 from neuraldbg.records import FAILURE_TYPES, HEALTHY, Event, Hypothesis
 from neuraldbg.registry_base import Registry
+from neuraldbg.run_facts import RunFacts, gather_facts
 from neuraldbg.states import StateTable, ThresholdConfig, classify_states
 from neuraldbg.sufficiency import hedge, thin_evidence, usable_trace
 from neuraldbg.symptoms import Symptom, find_symptoms

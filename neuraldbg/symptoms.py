@@ -35,9 +35,9 @@ from typing import Any
 
 import numpy as np
 
-from neuraldbg.causes import RunFacts
 from neuraldbg.compressor import NONFINITE, Compression, Propagation
 from neuraldbg.events import LossDynamics
+from neuraldbg.run_facts import RunFacts
 from neuraldbg.states import StateTable
 from neuraldbg.trace import Trace
 
