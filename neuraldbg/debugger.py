@@ -78,7 +78,7 @@ class NeuralDbg(Recorder):
         """Failure onsets in different layers within ``window`` steps, cause before effect.
 
         See :func:`neuraldbg.methods.detect_coupled_failures`; ``window`` defaults to
-        :attr:`neuraldbg.states.ThresholdConfig.window`.
+        :attr:`neuraldbg.thresholds.ThresholdConfig.window`.
         """
         return detect_coupled_failures(self.trace, window)
 

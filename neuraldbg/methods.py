@@ -41,9 +41,10 @@ from neuraldbg.ranks import combine_ranks
 from neuraldbg.records import FAILURE_TYPES, HEALTHY, Event, Hypothesis
 from neuraldbg.registry_base import Registry
 from neuraldbg.run_facts import RunFacts, gather_facts
-from neuraldbg.states import StateTable, ThresholdConfig, classify_states
+from neuraldbg.states import StateTable, classify_states
 from neuraldbg.sufficiency import hedge, thin_evidence, usable_trace
 from neuraldbg.symptoms import Symptom, find_symptoms
+from neuraldbg.thresholds import ThresholdConfig
 from neuraldbg.trace import Trace, load_trace
 
 __all__ = [
@@ -424,7 +425,7 @@ def detect_coupled_failures(trace: Trace | str | os.PathLike[str], window: int |
                             ) -> list[CoupledFailure]:
     """Failure onsets in different layers within ``window`` steps, cause before effect.
 
-    ``window`` defaults to :attr:`neuraldbg.states.ThresholdConfig.window` (5 steps).
+    ``window`` defaults to :attr:`neuraldbg.thresholds.ThresholdConfig.window` (5 steps).
     """
     return diagnose(trace, window=window).coupled
 

@@ -1,7 +1,7 @@
 """Run facts: what the trace and the run's configuration say that bears on each root cause.
 
 Gathered once per trace for the cause scorer (:mod:`neuraldbg.causes`), which compares each
-fact with a threshold of :class:`~neuraldbg.states.ThresholdConfig`:
+fact with a threshold of :class:`~neuraldbg.thresholds.ThresholdConfig`:
 
 - learning rate: the update ratio ||dW||/||W|| before the failure and learning-rate jumps in
   ``trace.steps`` (from :class:`~neuraldbg.events.LossDynamics`), the median learning rate;

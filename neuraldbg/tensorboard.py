@@ -26,7 +26,7 @@ from neuraldbg.methods import diagnose
 from neuraldbg.records import Event, Hypothesis
 from neuraldbg.reporting.summary import module_types
 from neuraldbg.reporting.words import verdict
-from neuraldbg.states import wide_stats
+from neuraldbg.stat_tables import wide_stats
 from neuraldbg.trace import Trace, load_trace
 
 __all__ = ["export_tensorboard", "STEP_SCALARS", "LAYER_STATISTICS"]

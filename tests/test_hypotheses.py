@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from reasoner_traces import make_trace
 
-from neuraldbg.causes import logistic_support
+from neuraldbg.cause_evidence import logistic_support
 from neuraldbg.methods import diagnose, explain
 from neuraldbg.symptoms import ratio_strength, share_strength
 

@@ -9,13 +9,13 @@ from reasoner_traces import make_trace
 from torch import nn
 
 import neuraldbg as ndb
+from neuraldbg.stat_tables import wide_stats
 from neuraldbg.states import (
     ActivationHealth,
     GradientHealth,
-    ThresholdConfig,
     classify_states,
-    wide_stats,
 )
+from neuraldbg.thresholds import ThresholdConfig
 
 
 def _frame(trace, kind="gradient", **kw):

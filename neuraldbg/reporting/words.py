@@ -20,7 +20,7 @@ import numpy as np
 
 from neuraldbg.records import HEALTHY, Hypothesis
 from neuraldbg.reporting.summary import RunSummary, layer_label, module_types
-from neuraldbg.states import wide_stats
+from neuraldbg.stat_tables import wide_stats
 from neuraldbg.trace import Trace
 
 __all__ = ["Verdict", "TraceEvidence", "verdict", "failure_words", "cause_words",
