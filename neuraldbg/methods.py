@@ -34,7 +34,7 @@ import numpy as np
 from neuraldbg.compressor import Compression, CoupledFailure, compress
 from neuraldbg.errors import MissingDependencyError
 from neuraldbg.events import LossDynamics, extract_events, loss_dynamics
-from neuraldbg.graph import build_causal_graph, to_mermaid
+from neuraldbg.graph import build_causal_graph, graph_to_mermaid
 from neuraldbg.hypotheses import RootCause, generate_hypotheses, rank_root_causes, resolve_overlaps
 from neuraldbg.knobs import validate_knobs
 from neuraldbg.ranks import combine_ranks
@@ -437,7 +437,7 @@ def causal_graph(trace: Trace | str | os.PathLike[str]) -> nx.DiGraph:
 
 def export_mermaid_causal_graph(trace: Trace | str | os.PathLike[str]) -> str:
     """The causal graph as Mermaid flowchart text (deduplicated, safe node ids)."""
-    return to_mermaid(causal_graph(trace))
+    return graph_to_mermaid(causal_graph(trace))
 
 
 def what_if(trace: Trace | str | os.PathLike[str],
