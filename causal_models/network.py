@@ -37,7 +37,7 @@ from causal_models.structure import NO_CAUSE, build_structure, root_cause_states
 from causal_models.support import table_support
 from neuraldbg.errors import NotFittedError
 from neuraldbg.knobs import KNOBS
-from neuraldbg.methods import diagnose
+from neuraldbg.methods import heuristic_diagnosis
 from neuraldbg.records import HEALTHY, Hypothesis
 from neuraldbg.trace import Trace
 
@@ -250,7 +250,7 @@ class ProbabilisticReasoner:
     def _discretize_uncached(self, trace: Trace) -> Discretized:
         disc = discretize(trace, n_slices=self.n_slices, n_blocks=self.n_blocks, bins=self.bins)
         disc.states.update(observe_knobs(trace, self.bins))
-        diagnosis = diagnose(trace)  # the heuristic reasoner: its verdict and run facts
+        diagnosis = heuristic_diagnosis(trace)  # the heuristic reasoner's verdict and run facts
         for hyp in diagnosis.hypotheses:  # module-resolution onsets, read as a sensor
             disc.events.setdefault(hyp.failure_type, (hyp.origin_layer, hyp.origin_step))
         stack, stack_features = observe_stack(trace, diagnosis.facts, self.bins)

@@ -57,7 +57,7 @@ from neuraldbg.run_facts import RunFacts
 from neuraldbg.states import StateTable
 from neuraldbg.symptoms import Symptom
 
-__all__ = ["RootCause", "resolve_overlaps", "generate_hypotheses", "rank_causes",
+__all__ = ["RankedCause", "resolve_overlaps", "generate_hypotheses", "rank_causes",
            "rank_root_causes"]
 _MAX_PATH = 50
 _MAX_COUPLED = 10
@@ -95,7 +95,7 @@ def _clean(value: Any) -> Any:
 
 
 @dataclass(frozen=True, slots=True)
-class RootCause:
+class RankedCause:
     """A root cause ranked over all hypotheses of a run.
 
     Attributes
@@ -120,7 +120,7 @@ class RootCause:
                 "failure_types": list(self.failure_types), "evidence": dict(self.evidence)}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> RootCause:
+    def from_dict(cls, data: dict[str, Any]) -> RankedCause:
         """Inverse of :meth:`to_dict`."""
         return cls(data["root_cause"], float(data["confidence"]),
                    tuple(data.get("failure_types", ())), dict(data.get("evidence", {})))
@@ -280,7 +280,7 @@ def rank_causes(causes: dict[str, tuple[float, dict[str, Any]]], tie_margin: flo
     return [head, *rest][:max_causes], resolution, tied
 
 
-def rank_root_causes(hypotheses: list[Hypothesis]) -> list[RootCause]:
+def rank_root_causes(hypotheses: list[Hypothesis]) -> list[RankedCause]:
     """Root causes over all hypotheses, each at its best confidence, highest first."""
     best: dict[str, list[Hypothesis]] = {}
     for h in hypotheses:
@@ -289,7 +289,7 @@ def rank_root_causes(hypotheses: list[Hypothesis]) -> list[RootCause]:
     for cause, hs in best.items():
         hs.sort(key=lambda h: -h.confidence)
         types = tuple(dict.fromkeys(h.failure_type for h in hs))
-        out.append(RootCause(cause, hs[0].confidence, types,
+        out.append(RankedCause(cause, hs[0].confidence, types,
                              dict(hs[0].metadata.get("cause_evidence", {}))))
     out.sort(key=lambda r: -r.confidence)
     return out
