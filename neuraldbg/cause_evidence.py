@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass
 
 from neuraldbg.run_facts import RunFacts
-from neuraldbg.thresholds import ThresholdConfig
+from neuraldbg.thresholds import ThresholdConfig, require_positive_fields
 
 __all__ = ["CauseWeights", "ScriptBugs", "logistic_support", "running_sum_support",
            "accumulation_support", "symmetric_support", "batchnorm_off_support",
@@ -176,6 +176,10 @@ class CauseWeights:
     symmetric_decades: float = 0.5
     diversity_floor: float = 1e-12
     batchnorm_decades: float = 0.25
+
+    def __post_init__(self) -> None:
+        """Reject a non-positive or non-numeric coefficient (the message names it)."""
+        require_positive_fields(self)
 
 
 DEFAULT_WEIGHTS = CauseWeights()

@@ -30,7 +30,7 @@ from neuraldbg.states import (
     GradientHealth,
     StateTable,
 )
-from neuraldbg.thresholds import ThresholdConfig
+from neuraldbg.thresholds import ThresholdConfig, require_positive_fields
 from neuraldbg.trace import Trace
 
 __all__ = ["LOSS", "MODEL", "CurveWindows", "LossDynamics", "loss_dynamics", "extract_events"]
@@ -167,6 +167,10 @@ class CurveWindows:
     spike_min_history: int = 3
     spike_share_factor: float = 3.0
     improvement_floor: float = 1e-12
+
+    def __post_init__(self) -> None:
+        """Reject a non-positive or non-numeric coefficient (the message names it)."""
+        require_positive_fields(self)
 
 
 class _Columns(NamedTuple):

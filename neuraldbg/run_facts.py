@@ -37,6 +37,7 @@ import numpy as np
 
 from neuraldbg.events import LossDynamics
 from neuraldbg.states import StateTable
+from neuraldbg.thresholds import require_positive_fields
 from neuraldbg.trace import Trace
 
 __all__ = ["SCHEME_GAINS", "FactWindows", "RunFacts", "gather_facts"]
@@ -88,6 +89,10 @@ class FactWindows:
     edge_share: int = 10
     flat_log_variance: float = 1e-12
     target_variance: float = 1.0
+
+    def __post_init__(self) -> None:
+        """Reject a non-positive or non-numeric coefficient (the message names it)."""
+        require_positive_fields(self)
 
 
 @dataclass(frozen=True, slots=True)

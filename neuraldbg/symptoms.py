@@ -39,6 +39,7 @@ from neuraldbg.compressor import NONFINITE, Compression, Propagation
 from neuraldbg.events import LossDynamics
 from neuraldbg.run_facts import RunFacts
 from neuraldbg.states import StateTable
+from neuraldbg.thresholds import require_positive_fields
 from neuraldbg.trace import Trace
 
 __all__ = ["Symptom", "SymptomWeights", "find_symptoms", "ratio_strength", "share_strength"]
@@ -221,6 +222,10 @@ class SymptomWeights:
     plateau_strength_floor: float = 0.5
     plateau_strength_gain: float = 0.5
     level_floor: float = 1e-12
+
+    def __post_init__(self) -> None:
+        """Reject a non-positive or non-numeric coefficient (the message names it)."""
+        require_positive_fields(self)
 
 
 @dataclass(frozen=True, slots=True)

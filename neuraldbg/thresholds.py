@@ -11,7 +11,29 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-__all__ = ["ThresholdConfig"]
+__all__ = ["ThresholdConfig", "require_positive_fields"]
+
+
+def require_positive_fields(record: Any) -> None:
+    """Raise if a field of a dataclass of coefficients is not a positive number.
+
+    Parameters
+    ----------
+    record : dataclass instance
+        A record of numbers (:class:`ThresholdConfig` and the coefficient records of the
+        other stages).
+
+    Raises
+    ------
+    ValueError
+        Naming the record, the field and the value.
+    """
+    for name in record.__dataclass_fields__:
+        value = getattr(record, name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            raise ValueError(
+                f"{type(record).__name__}.{name} must be a positive number, got {value!r}."
+            )
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,12 +253,7 @@ class ThresholdConfig:
 
     def __post_init__(self) -> None:
         """Reject a non-positive or non-numeric threshold (the message names it)."""
-        for name in self.__dataclass_fields__:
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-                raise ValueError(
-                    f"ThresholdConfig.{name} must be a positive number, got {value!r}."
-                )
+        require_positive_fields(self)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain-dict form."""
