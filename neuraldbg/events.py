@@ -17,7 +17,7 @@ Transitions are found with array operations; Python runs once per event, not per
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypedDict
 
 import numpy as np
 import pandas as pd
@@ -201,6 +201,32 @@ class _Columns(NamedTuple):
                    complete)
 
 
+class _LossEvents(TypedDict):
+    baseline: float
+    nonfinite_step: int | None
+    spike_steps: tuple[int, ...]
+    blowup_step: int | None
+
+
+class _GradGrowth(TypedDict):
+    grad_explode_step: int | None
+    grad_explode_share: float
+    grad_growth_max: float
+
+
+class _GradSpikes(TypedDict):
+    grad_spikiness: float
+    grad_spike_step: int | None
+    grad_spike_share: float
+    grad_spike_episodes: int
+
+
+class _Improvement(TypedDict):
+    improvement: float
+    stall: float
+    plateau_step: int | None
+
+
 def loss_dynamics(trace: Trace, config: ThresholdConfig | None = None,
                   windows: CurveWindows | None = None) -> LossDynamics:
     """Summarise the loss curve, the global gradient norm and the learning rate of a run.
@@ -231,7 +257,7 @@ def loss_dynamics(trace: Trace, config: ThresholdConfig | None = None,
         total_update=total_update)
 
 
-def _loss_events(c: _Columns, cfg: ThresholdConfig, win: CurveWindows) -> dict[str, Any]:
+def _loss_events(c: _Columns, cfg: ThresholdConfig, win: CurveWindows) -> _LossEvents:
     """Baseline, first non-finite step, spikes and blow-up of the loss."""
     loss, steps = c.loss, c.steps
     nonfinite = c.complete & ~np.isfinite(loss)
@@ -252,7 +278,7 @@ def _loss_events(c: _Columns, cfg: ThresholdConfig, win: CurveWindows) -> dict[s
             "blowup_step": _first(blow, steps)}
 
 
-def _grad_norm_growth(c: _Columns, cfg: ThresholdConfig, stop: int) -> dict[str, Any]:
+def _grad_norm_growth(c: _Columns, cfg: ThresholdConfig, stop: int) -> _GradGrowth:
     """The global gradient norm against its early baseline (the smallest of its first)."""
     gnorm, steps = c.gnorm, c.steps
     gfin = np.flatnonzero(np.isfinite(gnorm) & (gnorm > 0))
@@ -274,12 +300,12 @@ def _grad_norm_growth(c: _Columns, cfg: ThresholdConfig, stop: int) -> dict[str,
 
 
 def _grad_spikes(c: _Columns, cfg: ThresholdConfig, win: CurveWindows, stop: int
-                 ) -> dict[str, Any]:
+                 ) -> _GradSpikes:
     """Spikes of the global gradient norm over its median, before the loss went non-finite."""
     gpre = c.gnorm[:stop]
     gpre_ok = np.isfinite(gpre) & (gpre > 0)
-    out: dict[str, Any] = {"grad_spikiness": float("nan"), "grad_spike_step": None,
-                           "grad_spike_share": 0.0, "grad_spike_episodes": 0}
+    out: _GradSpikes = {"grad_spikiness": float("nan"), "grad_spike_step": None,
+                        "grad_spike_share": 0.0, "grad_spike_episodes": 0}
     if gpre_ok.sum() < cfg.plateau_min_steps:
         return out
     gmed = float(np.median(gpre[gpre_ok]))
@@ -306,13 +332,13 @@ def _lr_jumps(c: _Columns, cfg: ThresholdConfig) -> tuple[int, ...]:
 
 
 def _improvement(c: _Columns, cfg: ThresholdConfig, win: CurveWindows, stop: int,
-                 went_nonfinite: bool) -> dict[str, Any]:
+                 went_nonfinite: bool) -> _Improvement:
     """Improvement over the finite prefix of the run (up to the first non-finite loss)."""
     fin_prefix = c.loss[:stop]
     fin_prefix = fin_prefix[np.isfinite(fin_prefix)]
     m = len(fin_prefix)
     w = max(win.min_plateau_window, int(round(cfg.plateau_window * m)))
-    out: dict[str, Any] = {"improvement": float("nan"), "stall": 0.0, "plateau_step": None}
+    out: _Improvement = {"improvement": float("nan"), "stall": 0.0, "plateau_step": None}
     if m < max(cfg.plateau_min_steps, 2 * w):
         return out
     first, last = np.median(fin_prefix[:w]), np.median(fin_prefix[-w:])

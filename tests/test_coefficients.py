@@ -20,12 +20,14 @@ from neuraldbg.cause_evidence import CauseWeights
 from neuraldbg.causes import score_causes
 from neuraldbg.compressor import compress
 from neuraldbg.events import CurveWindows, extract_events, loss_dynamics
+from neuraldbg.hypotheses import HypothesisWeights, rank_causes
 from neuraldbg.run_facts import FactWindows, RunFacts, gather_facts
 from neuraldbg.states import classify_states
 from neuraldbg.symptoms import SymptomWeights, find_symptoms
 from neuraldbg.thresholds import ThresholdConfig
 
-RECORDS = [ThresholdConfig, FactWindows, CurveWindows, SymptomWeights, CauseWeights]
+RECORDS = [ThresholdConfig, FactWindows, CurveWindows, SymptomWeights, CauseWeights,
+           HypothesisWeights]
 _HEADER = re.compile(r"^(\w+(?:, \w+)*) : [^,]+(?:, default=(.+))?$")
 
 
@@ -138,3 +140,13 @@ def test_curve_windows_are_the_ones_the_loss_dynamics_read() -> None:
     assert stall == pytest.approx(1.0 - loss_dynamics(trace).improvement / 0.5)
     assert loss_dynamics(trace, windows=CurveWindows(stall_improvement=0.25)).stall == (
         pytest.approx(1.0 - loss_dynamics(trace).improvement / 0.25))
+
+
+def test_alternatives_are_kept_down_to_the_documented_share_of_the_best() -> None:
+    causes = {"a_cause": (0.8, {}), "b_cause": (0.3, {}), "c_cause": (0.15, {})}
+    kept, _, _ = rank_causes(causes, 0.05, 5)  # unknown: 0.2 x 0.7 x 0.85 = 0.119
+    assert [c for c, _, _ in kept] == ["a_cause", "b_cause"]  # 0.25 x 0.8 = 0.2 bar
+    kept, _, _ = rank_causes(causes, 0.05, 5,
+                             keep_share=HypothesisWeights(alternative_floor=0.1)
+                             .alternative_floor)
+    assert [c for c, _, _ in kept] == ["a_cause", "b_cause", "c_cause", "unknown"]
