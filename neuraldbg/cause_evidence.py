@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from neuraldbg.run_facts import RunFacts
 from neuraldbg.thresholds import ThresholdConfig, require_positive_fields
 
-__all__ = ["CauseWeights", "ScriptBugs", "logistic_support", "running_sum_support",
-           "accumulation_support", "symmetric_support", "batchnorm_off_support",
-           "init_support"]
+__all__ = ["CauseWeights", "DEFAULT_WEIGHTS", "ScriptBugs", "logistic_support",
+           "running_sum_support", "accumulation_support", "symmetric_support",
+           "batchnorm_off_support", "init_support"]
 
 
 def logistic_support(value: float, threshold: float, above: bool = True,
@@ -182,10 +182,12 @@ class CauseWeights:
         require_positive_fields(self)
 
 
+#: The documented defaults (what :func:`neuraldbg.causes.score_causes` uses when given none).
 DEFAULT_WEIGHTS = CauseWeights()
 
+
 def init_support(facts: RunFacts, cfg: ThresholdConfig, w: CauseWeights
-                  ) -> tuple[float, float]:
+                 ) -> tuple[float, float]:
     """(support for an init too large, for an init too small)."""
     if not facts.n_gain_pairs:
         return 0.0, 0.0
@@ -267,7 +269,21 @@ def batchnorm_off_support(facts: RunFacts, cfg: ThresholdConfig,
 
 @dataclass(frozen=True, slots=True)
 class ScriptBugs:
-    """Support for each bug in the training script, whatever symptom it produced."""
+    """Support for each bug in the training script, whatever symptom it produced.
+
+    Attributes
+    ----------
+    piled : float
+        Gradients that pile up across steps (a missing ``zero_grad``).
+    targets : float
+        A first loss far above the output scale (unscaled targets).
+    symmetric : float
+        Weight rows that stay copies of each other (a symmetric init).
+    blocked : float
+        1 when a trainable module never received a gradient, else 0.
+    bn_off : float
+        BatchNorm layers that do not normalise (a model left in ``eval()``).
+    """
 
     piled: float
     targets: float

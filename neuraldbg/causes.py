@@ -10,7 +10,7 @@ its evidence reaches; how much each piece of evidence weighs is in
 :class:`~neuraldbg.cause_evidence.CauseWeights`, each number with its reason:
 
 - learning rate: the update ratio ||dW||/||W|| before the failure (too high above 1e-2, too
-  low below 1e-5) and learning-rate jumps in ``trace.steps`` just before a blow-up;
+  low below 1e-4) and learning-rate jumps in ``trace.steps`` just before a blow-up;
 - initialisation: the init gain against the scheme the config names, else against absolute
   bounds; depth amplification: layers with a sound init that still amplify the signal 10x
   or more through depth point at missing normalization rather than at the init;

@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypedDict
 
 import numpy as np
 
@@ -342,7 +342,12 @@ def _has_normalization(fams: list[str], cfg_run: dict[str, Any]) -> bool:
     return any(f == "norm" for f in fams) or norm_cfg in ("batch", "layer")
 
 
-def _symmetry(trace: Trace, row_diversity_low: float) -> dict[str, Any]:
+class _Symmetry(TypedDict):
+    row_diversity: float
+    symmetric_modules: tuple[str, ...]
+
+
+def _symmetry(trace: Trace, row_diversity_low: float) -> _Symmetry:
     """``row_diversity`` and ``symmetric_modules`` from ``trace.meta["weight_diversity"]``."""
     rec = trace.meta.get("weight_diversity") or {}
     mods = rec.get("modules") or {}

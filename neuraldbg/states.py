@@ -34,6 +34,7 @@ __all__ = [
     "StateTable",
     "classify_states",
     "UNOBSERVED",
+    "SATURATING_FAMILIES",
 ]
 
 #: Code of a (step, module) cell without a usable observation (module not called, no grad).
@@ -62,7 +63,8 @@ class ActivationHealth(str, Enum):
 GRADIENT_STATES: tuple[GradientHealth, ...] = tuple(GradientHealth)
 ACTIVATION_STATES: tuple[ActivationHealth, ...] = tuple(ActivationHealth)
 
-_SATURATING_FAMILIES = ("sigmoid", "tanh", "softmax", "smooth")
+#: Activation families with a flat region whose share of outputs is ``act_frac_saturated``.
+SATURATING_FAMILIES = ("sigmoid", "tanh", "softmax", "smooth")
 
 
 @dataclass(frozen=True)
@@ -280,7 +282,7 @@ def _activation_conditions(t: dict[str, np.ndarray], observed: np.ndarray,
     dead_frac = np.nan_to_num(t["act_frac_dead"])
     dead = _hysteresis(act_ok & (dead_frac >= cfg.dead_frac),
                        ~act_ok | (dead_frac >= cfg.dead_frac_exit)) & act_ok
-    saturating = np.isin(fam, _SATURATING_FAMILIES)
+    saturating = np.isin(fam, SATURATING_FAMILIES)
     # A softmax that ends the network becomes one-hot when training succeeds: not a fault.
     if len(fam) and fam[-1] == "softmax":
         saturating = saturating.copy()

@@ -38,13 +38,11 @@ import numpy as np
 from neuraldbg.compressor import NONFINITE, Compression, Propagation
 from neuraldbg.events import LossDynamics
 from neuraldbg.run_facts import RunFacts
-from neuraldbg.states import StateTable
+from neuraldbg.states import SATURATING_FAMILIES, StateTable
 from neuraldbg.thresholds import require_positive_fields
 from neuraldbg.trace import Trace
 
 __all__ = ["Symptom", "SymptomWeights", "find_symptoms", "ratio_strength", "share_strength"]
-
-_SATURATING = ("sigmoid", "tanh", "softmax", "smooth")
 
 
 def ratio_strength(ratio: float, threshold: float) -> float:
@@ -400,7 +398,7 @@ def _exploding(run: _Run) -> Symptom | None:
                    {"grad_spikiness": dyn.grad_spikiness})
 
 
-def _divergence_origin(run: _Run, onset: int) -> tuple[str, str | None, Propagation | None]:
+def _divergence_origin(run: _Run) -> tuple[str, str | None, Propagation | None]:
     """(origin layer, first non-finite module or ``"<loss>"``, its propagation)."""
     prop, dyn = run.comp.propagation, run.dyn
     nf = prop.get(NONFINITE)
@@ -447,7 +445,7 @@ def _divergence(run: _Run) -> Symptom | None:
     if not (loss_bad or nf is not None):
         return None
     onset = min(loss_bad + ([nf.origin_step] if nf is not None else []))
-    layer, first_nonfinite, origin = _divergence_origin(run, onset)
+    layer, first_nonfinite, origin = _divergence_origin(run)
     ext = _divergence_extent(run, onset)
     nonfinite = dyn.nonfinite_step is not None or nf is not None
     strength = 1.0 if nonfinite else ratio_strength(ext["peak"] / ext["level"], cfg.loss_blowup)
@@ -493,7 +491,7 @@ def _saturated(run: _Run) -> Symptom | None:
     sym.impact = w.saturation_impact_floor + w.saturation_impact_gain * max(
         stall, 1.0 if sat.origin_step <= run.first_step else 0.0)
     col = _col(states, sat.origin_layer)
-    first_sat = next((i for i, f in enumerate(states.families) if f in _SATURATING), -1)
+    first_sat = next((i for i, f in enumerate(states.families) if f in SATURATING_FAMILIES), -1)
     sym.extra["origin_is_first_activation"] = 1.0 if col == first_sat else 0.0
     sym.evidence["loss_stall"] = stall
     return sym

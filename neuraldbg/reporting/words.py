@@ -180,7 +180,7 @@ class TraceEvidence:
         return layer_label(module_name, self.types)
 
 
-def _loss_context(s: RunSummary, after_step: int | None = None) -> str:
+def _loss_context(s: RunSummary) -> str:
     if s.first_nonfinite_loss is not None:
         return f"the loss went non-finite ({s.first_nonfinite_loss.value}) at step " \
                f"{s.first_nonfinite_loss.step}"
