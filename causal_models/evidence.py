@@ -216,7 +216,7 @@ def sigmoid_decay(init_gain: float, hidden_layers: int) -> float:
     ----------
     init_gain : float
         Median std(output)/rms(input) of the run's Linear/Conv layers at its first step
-        (``neuraldbg.causes.RunFacts.init_gain``).
+        (``neuraldbg.run_facts.RunFacts.init_gain``).
     hidden_layers : int
         Weighted layers between the first and the output layer's input (weighted layers - 1).
 
@@ -248,7 +248,7 @@ def observe_stack(trace: Trace, facts: Any, bins: Bins | None = None
     Parameters
     ----------
     trace : Trace
-    facts : neuraldbg.causes.RunFacts
+    facts : neuraldbg.run_facts.RunFacts
         The heuristic reasoner's run facts (its measured init gain).
     bins : Bins, optional
 

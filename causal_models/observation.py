@@ -15,7 +15,7 @@ from typing import Any
 from causal_models.bins import Bins
 from causal_models.discretize import Discretized, discretize
 from causal_models.evidence import RULE_NO_CAUSE, observe_knobs, observe_stack, rule_verdict
-from neuraldbg.methods import diagnose
+from neuraldbg.methods import heuristic_diagnosis
 from neuraldbg.trace import Trace
 
 __all__ = ["observe"]
@@ -67,7 +67,7 @@ def _observe(trace: Trace, n_slices: int, n_blocks: int, bins: Bins | None,
              rule_evidence: bool, cause_states: tuple[str, ...]) -> Discretized:
     disc = discretize(trace, n_slices=n_slices, n_blocks=n_blocks, bins=bins)
     disc.states.update(observe_knobs(trace, bins))
-    diagnosis = diagnose(trace)  # the heuristic reasoner: its verdict and run facts
+    diagnosis = heuristic_diagnosis(trace)  # the heuristic reasoner: its verdict and run facts
     for hyp in diagnosis.hypotheses:  # module-resolution onsets, read as a sensor
         disc.events.setdefault(hyp.failure_type, (hyp.origin_layer, hyp.origin_step))
     stack, stack_features = observe_stack(trace, diagnosis.facts, bins)

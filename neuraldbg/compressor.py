@@ -30,7 +30,8 @@ import numpy as np
 
 from neuraldbg.events import LOSS, MODEL
 from neuraldbg.records import Event
-from neuraldbg.states import StateTable, ThresholdConfig
+from neuraldbg.states import StateTable
+from neuraldbg.thresholds import ThresholdConfig
 
 __all__ = [
     "Propagation",
@@ -279,7 +280,7 @@ def trace_propagation(onsets: list[Event], states: StateTable, window: int | Non
         The classified states (their ``config`` holds the default window).
     window : int, optional
         Activation-failure onsets this close to the first count as simultaneous;
-        ``states.config.window`` (:class:`~neuraldbg.states.ThresholdConfig`) when omitted.
+        ``states.config.window`` (:class:`~neuraldbg.thresholds.ThresholdConfig`) when omitted.
 
     Returns
     -------

@@ -14,7 +14,7 @@ import networkx as nx
 
 from neuraldbg.capture import Recorder
 from neuraldbg.compressor import CoupledFailure
-from neuraldbg.hypotheses import RootCause
+from neuraldbg.hypotheses import RankedCause
 from neuraldbg.methods import (
     CounterfactualAnswer,
     DiagnosisMethod,
@@ -67,7 +67,7 @@ class NeuralDbg(Recorder):
         """
         return explain(self.trace, method)
 
-    def get_root_causes(self, method: str | DiagnosisMethod = "heuristic") -> list[RootCause]:
+    def get_root_causes(self, method: str | DiagnosisMethod = "heuristic") -> list[RankedCause]:
         """Root causes of the recorded run, highest confidence first.
 
         See :func:`neuraldbg.methods.get_root_causes`.
@@ -78,7 +78,7 @@ class NeuralDbg(Recorder):
         """Failure onsets in different layers within ``window`` steps, cause before effect.
 
         See :func:`neuraldbg.methods.detect_coupled_failures`; ``window`` defaults to
-        :attr:`neuraldbg.states.ThresholdConfig.window`.
+        :attr:`neuraldbg.thresholds.ThresholdConfig.window`.
         """
         return detect_coupled_failures(self.trace, window)
 

@@ -17,7 +17,7 @@ Transitions are found with array operations; Python runs once per event, not per
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple, TypedDict
 
 import numpy as np
 import pandas as pd
@@ -29,11 +29,11 @@ from neuraldbg.states import (
     ActivationHealth,
     GradientHealth,
     StateTable,
-    ThresholdConfig,
 )
+from neuraldbg.thresholds import ThresholdConfig, require_positive_fields
 from neuraldbg.trace import Trace
 
-__all__ = ["LOSS", "MODEL", "LossDynamics", "loss_dynamics", "extract_events"]
+__all__ = ["LOSS", "MODEL", "CurveWindows", "LossDynamics", "loss_dynamics", "extract_events"]
 
 #: Module name of events about the loss.
 LOSS = "<loss>"
@@ -68,8 +68,8 @@ class LossDynamics:
         (first-window median - last-window median) / |first-window median|, over the finite
         part of the run; NaN when too short.
     stall : float
-        In [0, 1]: 1 - improvement / 0.5, clipped. 0 for a loss that halved or better, 1 for
-        one that did not move or rose.
+        In [0, 1]: 1 - improvement / 0.5 (:attr:`CurveWindows.stall_improvement`),
+        clipped. 0 for a loss that halved or better, 1 for one that did not move or rose.
     plateau_step : int or None
         Where the loss stopped improving, when the run stalled (improvement below
         ``plateau_improvement`` over at least ``plateau_min_steps`` steps).
@@ -97,7 +97,7 @@ class LossDynamics:
         First step with the global gradient norm above ``grad_spike`` x its median.
     grad_spike_share : float
         Share of the steps from ``grad_spike_step`` on whose gradient norm is above 3x the
-        median (how persistent the spikes are).
+        median (:attr:`CurveWindows.spike_share_factor`) (how persistent the spikes are).
     grad_spike_episodes : int
         Separate runs of steps with the gradient norm above ``grad_spike`` x its median.
     grad_explode_share : float
@@ -136,56 +136,156 @@ def _onsets(mask: np.ndarray) -> np.ndarray:
     return np.flatnonzero(mask & ~prev)
 
 
-def loss_dynamics(trace: Trace, config: ThresholdConfig | None = None) -> LossDynamics:
+@dataclass(frozen=True, slots=True)
+class CurveWindows:
+    """The fixed numbers of :func:`loss_dynamics`, with the reason for each.
+
+    The thresholds it compares with are in :class:`~neuraldbg.thresholds.ThresholdConfig`.
+
+    Attributes
+    ----------
+    stall_improvement : float, default=0.5
+        ``stall = 1 - improvement / this``, clipped to [0, 1]: a loss that halved or better
+        did not stall at all, one that did not move (or rose) stalled fully.
+    min_plateau_window : int, default=5
+        The first and last loss windows span at least this many steps (``plateau_window``
+        of a short run would be one noisy minibatch loss).
+    spike_min_history : int, default=3
+        The trailing median of the spike rule needs at least this many earlier losses; the
+        first steps, with less history, are never a spike.
+    spike_share_factor : float, default=3.0
+        ``grad_spike_share`` counts the steps whose gradient norm is above this multiple of
+        its median: the level the healthy runs' peaks (~2-5x) sit at, so that the share says
+        how persistent the instability is, not how tall its peaks are.
+    improvement_floor : float, default=1e-12
+        The first window's loss is at least this in the improvement's denominator, so a
+        loss that starts at zero does not divide by zero.
+    """
+
+    stall_improvement: float = 0.5
+    min_plateau_window: int = 5
+    spike_min_history: int = 3
+    spike_share_factor: float = 3.0
+    improvement_floor: float = 1e-12
+
+    def __post_init__(self) -> None:
+        """Reject a non-positive or non-numeric coefficient (the message names it)."""
+        require_positive_fields(self)
+
+
+class _Columns(NamedTuple):
+    """The columns of ``trace.steps`` the dynamics read (NaN where absent)."""
+
+    steps: np.ndarray
+    loss: np.ndarray
+    lr: np.ndarray
+    gnorm: np.ndarray
+    update: np.ndarray
+    complete: np.ndarray
+
+    @classmethod
+    def read(cls, st: pd.DataFrame) -> _Columns:
+        """Read the columns off the steps table."""
+        n = len(st)
+
+        def col(name: str) -> np.ndarray:
+            if name in st.columns:
+                return st[name].to_numpy(dtype=np.float64, na_value=np.nan)
+            return np.full(n, np.nan)
+
+        steps = st["step"].to_numpy(dtype=np.int64) if n else np.zeros(0, np.int64)
+        # A step that did not finish has NaN loss by construction; only a real NaN/Inf counts.
+        complete = (st["complete"].to_numpy(dtype=bool) if "complete" in st.columns
+                    else np.ones(n, bool))
+        return cls(steps, col("loss"), col("lr"), col("grad_norm"), col("update_ratio"),
+                   complete)
+
+
+class _LossEvents(TypedDict):
+    baseline: float
+    nonfinite_step: int | None
+    spike_steps: tuple[int, ...]
+    blowup_step: int | None
+
+
+class _GradGrowth(TypedDict):
+    grad_explode_step: int | None
+    grad_explode_share: float
+    grad_growth_max: float
+
+
+class _GradSpikes(TypedDict):
+    grad_spikiness: float
+    grad_spike_step: int | None
+    grad_spike_share: float
+    grad_spike_episodes: int
+
+
+class _Improvement(TypedDict):
+    improvement: float
+    stall: float
+    plateau_step: int | None
+
+
+def loss_dynamics(trace: Trace, config: ThresholdConfig | None = None,
+                  windows: CurveWindows | None = None) -> LossDynamics:
     """Summarise the loss curve, the global gradient norm and the learning rate of a run.
 
     Parameters
     ----------
     trace : Trace
     config : ThresholdConfig, optional
+    windows : CurveWindows, optional
+        The fixed numbers of the summary; the documented defaults when omitted.
 
     Returns
     -------
     LossDynamics
     """
-    cfg = config or ThresholdConfig()
-    st = trace.steps
-    n = len(st)
-    steps = st["step"].to_numpy(dtype=np.int64) if n else np.zeros(0, np.int64)
+    cfg, win = config or ThresholdConfig(), windows or CurveWindows()
+    c = _Columns.read(trace.steps)
+    loss = _loss_events(c, cfg, win)
+    stop = (len(c.steps) if loss["nonfinite_step"] is None
+            else int(np.searchsorted(c.steps, loss["nonfinite_step"])))
+    grad = _grad_norm_growth(c, cfg, stop)
+    curve = _improvement(c, cfg, win, stop, loss["nonfinite_step"] is not None)
+    update_ratio, total_update = _update_ratios(
+        c, [loss["nonfinite_step"], loss["blowup_step"], grad["grad_explode_step"]])
+    return LossDynamics(
+        n_steps=len(c.steps), **loss, **curve, **grad, lr_jump_steps=_lr_jumps(c, cfg),
+        **_grad_spikes(c, cfg, win, stop), update_ratio=update_ratio,
+        total_update=total_update)
 
-    def col(name: str) -> np.ndarray:
-        if name in st.columns:
-            return st[name].to_numpy(dtype=np.float64, na_value=np.nan)
-        return np.full(n, np.nan)
 
-    loss, lr, gnorm, upd = col("loss"), col("lr"), col("grad_norm"), col("update_ratio")
-    # A step that did not finish has NaN loss by construction; only a real NaN/Inf counts.
-    complete = (st["complete"].to_numpy(dtype=bool) if "complete" in st.columns
-                else np.ones(n, bool))
-    nonfinite = complete & ~np.isfinite(loss)
+def _loss_events(c: _Columns, cfg: ThresholdConfig, win: CurveWindows) -> _LossEvents:
+    """Baseline, first non-finite step, spikes and blow-up of the loss."""
+    loss, steps = c.loss, c.steps
+    nonfinite = c.complete & ~np.isfinite(loss)
     if not (np.isfinite(loss).any() or np.isinf(loss).any()):
         nonfinite[:] = False  # no loss was ever passed to dbg.step: nothing to judge
-    nonfinite_step = _first(nonfinite, steps)
     finite = np.isfinite(loss)
     fin_idx = np.flatnonzero(finite)
-    k = cfg.baseline_steps
-    baseline = float(np.median(loss[fin_idx[:k]])) if len(fin_idx) else float("nan")
-
+    baseline = (float(np.median(loss[fin_idx[:cfg.baseline_steps]])) if len(fin_idx)
+                else float("nan"))
     # Spikes: a finite loss above spike_factor x the trailing median of the previous losses.
-    trailing = (pd.Series(loss).rolling(cfg.loss_window, min_periods=3).median()
-                .shift(1).to_numpy())
+    trailing = (pd.Series(loss).rolling(cfg.loss_window, min_periods=win.spike_min_history)
+                .median().shift(1).to_numpy())
     with np.errstate(invalid="ignore"):
         spike = finite & (loss > cfg.loss_spike_factor * np.abs(trailing)) & (trailing > 0)
         blow = finite & (loss > cfg.loss_blowup * abs(baseline)) & (baseline > 0)
-    spike_steps = tuple(int(steps[i]) for i in _onsets(spike))
-    blowup_step = _first(blow, steps)
+    return {"baseline": baseline, "nonfinite_step": _first(nonfinite, steps),
+            "spike_steps": tuple(int(steps[i]) for i in _onsets(spike)),
+            "blowup_step": _first(blow, steps)}
 
-    # Global gradient norm against its early baseline.
+
+def _grad_norm_growth(c: _Columns, cfg: ThresholdConfig, stop: int) -> _GradGrowth:
+    """The global gradient norm against its early baseline (the smallest of its first)."""
+    gnorm, steps = c.gnorm, c.steps
     gfin = np.flatnonzero(np.isfinite(gnorm) & (gnorm > 0))
-    gbase = float(np.min(gnorm[gfin[:k]])) if len(gfin) else float("nan")
+    gbase = float(np.min(gnorm[gfin[:cfg.baseline_steps]])) if len(gfin) else float("nan")
     with np.errstate(invalid="ignore", divide="ignore"):
         ggrowth = gnorm / gbase
-        gexp = (ggrowth > cfg.explode_growth) | (complete & np.isinf(gnorm))
+        gexp = (ggrowth > cfg.explode_growth) | (c.complete & np.isinf(gnorm))
     grad_explode_step = _first(gexp, steps)
     explode_share = 0.0
     if grad_explode_step is not None:
@@ -193,62 +293,77 @@ def loss_dynamics(trace: Trace, config: ThresholdConfig | None = None) -> LossDy
         with np.errstate(invalid="ignore"):
             explode_share = float(np.mean((ggrowth[i0:] > cfg.explode_growth_exit)
                                           | ~np.isfinite(gnorm[i0:])))
-    stop = n if nonfinite_step is None else int(np.searchsorted(steps, nonfinite_step))
     pre = ggrowth[:stop]
-    grad_growth_max = float(np.nanmax(pre)) if np.isfinite(pre).any() else float("nan")
-    gpre = gnorm[:stop]
-    gpre_ok = np.isfinite(gpre) & (gpre > 0)
-    spikiness, spike_step, spike_share, spike_count = float("nan"), None, 0.0, 0
-    if gpre_ok.sum() >= cfg.plateau_min_steps:
-        gmed = float(np.median(gpre[gpre_ok]))
-        with np.errstate(invalid="ignore"):
-            spikiness = float(gpre[gpre_ok].max() / gmed)
-            spiked = gpre_ok & (gpre > cfg.grad_spike * gmed)
-        spike_step = _first(spiked, steps[:stop])
-        spike_count = int(len(_onsets(spiked)))
-        if spike_step is not None:
-            i0 = int(np.searchsorted(steps, spike_step))
-            with np.errstate(invalid="ignore"):
-                spike_share = float(np.mean(gpre[i0:] > 3.0 * gmed))
+    return {"grad_explode_step": grad_explode_step, "grad_explode_share": explode_share,
+            "grad_growth_max": (float(np.nanmax(pre)) if np.isfinite(pre).any()
+                                else float("nan"))}
 
+
+def _grad_spikes(c: _Columns, cfg: ThresholdConfig, win: CurveWindows, stop: int
+                 ) -> _GradSpikes:
+    """Spikes of the global gradient norm over its median, before the loss went non-finite."""
+    gpre = c.gnorm[:stop]
+    gpre_ok = np.isfinite(gpre) & (gpre > 0)
+    out: _GradSpikes = {"grad_spikiness": float("nan"), "grad_spike_step": None,
+                        "grad_spike_share": 0.0, "grad_spike_episodes": 0}
+    if gpre_ok.sum() < cfg.plateau_min_steps:
+        return out
+    gmed = float(np.median(gpre[gpre_ok]))
+    with np.errstate(invalid="ignore"):
+        out["grad_spikiness"] = float(gpre[gpre_ok].max() / gmed)
+        spiked = gpre_ok & (gpre > cfg.grad_spike * gmed)
+    spike_step = _first(spiked, c.steps[:stop])
+    out["grad_spike_step"] = spike_step
+    out["grad_spike_episodes"] = int(len(_onsets(spiked)))
+    if spike_step is not None:
+        i0 = int(np.searchsorted(c.steps, spike_step))
+        with np.errstate(invalid="ignore"):
+            out["grad_spike_share"] = float(np.mean(gpre[i0:] > win.spike_share_factor * gmed))
+    return out
+
+
+def _lr_jumps(c: _Columns, cfg: ThresholdConfig) -> tuple[int, ...]:
+    """Steps where the learning rate rose ``lr_jump``-fold over the previous step."""
+    lr = c.lr
     with np.errstate(invalid="ignore", divide="ignore"):
         lr_ratio = lr[1:] / lr[:-1]
     jumps = np.flatnonzero(np.isfinite(lr_ratio) & (lr_ratio >= cfg.lr_jump)) + 1
-    lr_jump_steps = tuple(int(steps[i]) for i in jumps)
+    return tuple(int(c.steps[i]) for i in jumps)
 
-    # Improvement over the finite prefix of the run (up to the first non-finite loss).
-    fin_prefix = loss[:stop]
+
+def _improvement(c: _Columns, cfg: ThresholdConfig, win: CurveWindows, stop: int,
+                 went_nonfinite: bool) -> _Improvement:
+    """Improvement over the finite prefix of the run (up to the first non-finite loss)."""
+    fin_prefix = c.loss[:stop]
     fin_prefix = fin_prefix[np.isfinite(fin_prefix)]
     m = len(fin_prefix)
-    w = max(5, int(round(cfg.plateau_window * m)))
-    improvement, stall, plateau_step = float("nan"), 0.0, None
-    if m >= max(cfg.plateau_min_steps, 2 * w):
-        first, last = np.median(fin_prefix[:w]), np.median(fin_prefix[-w:])
-        improvement = float((first - last) / max(abs(first), 1e-12))
-        stall = float(np.clip(1.0 - improvement / 0.5, 0.0, 1.0))
-        if improvement < cfg.plateau_improvement and nonfinite_step is None:
-            smooth = pd.Series(fin_prefix).rolling(w, min_periods=1, center=True).median()
-            suffix_min = smooth[::-1].cummin()[::-1].to_numpy()
-            done = (smooth.to_numpy() - suffix_min) <= cfg.plateau_improvement * abs(first)
-            fin_steps = steps[:stop][np.isfinite(loss[:stop])]
-            plateau_step = int(fin_steps[int(np.argmax(done))])
+    w = max(win.min_plateau_window, int(round(cfg.plateau_window * m)))
+    out: _Improvement = {"improvement": float("nan"), "stall": 0.0, "plateau_step": None}
+    if m < max(cfg.plateau_min_steps, 2 * w):
+        return out
+    first, last = np.median(fin_prefix[:w]), np.median(fin_prefix[-w:])
+    improvement = float((first - last) / max(abs(first), win.improvement_floor))
+    out["improvement"] = improvement
+    out["stall"] = float(np.clip(1.0 - improvement / win.stall_improvement, 0.0, 1.0))
+    if improvement < cfg.plateau_improvement and not went_nonfinite:
+        smooth = pd.Series(fin_prefix).rolling(w, min_periods=1, center=True).median()
+        suffix_min = smooth[::-1].cummin()[::-1].to_numpy()
+        done = (smooth.to_numpy() - suffix_min) <= cfg.plateau_improvement * abs(first)
+        fin_steps = c.steps[:stop][np.isfinite(c.loss[:stop])]
+        out["plateau_step"] = int(fin_steps[int(np.argmax(done))])
+    return out
 
-    # Update ratio in the part of the run before anything went wrong.
-    onsets = [s for s in (nonfinite_step, blowup_step, grad_explode_step) if s is not None]
-    end = int(np.searchsorted(steps, min(onsets))) if onsets else n
-    u = upd[:max(end, 1)]
+
+def _update_ratios(c: _Columns, onsets: list[int | None]) -> tuple[float, float]:
+    """(median update ratio before anything went wrong, the sum over the run)."""
+    known = [s for s in onsets if s is not None]
+    n = len(c.steps)
+    end = int(np.searchsorted(c.steps, min(known))) if known else n
+    u = c.update[:max(end, 1)]
     u = u[np.isfinite(u) & (u > 0)]
-    update_ratio = float(np.median(u)) if len(u) else float("nan")
-    u_all = upd[np.isfinite(upd)]
-    total_update = float(u_all.sum()) if len(u_all) else float("nan")
-    return LossDynamics(
-        n_steps=n, baseline=baseline, improvement=improvement, stall=stall,
-        plateau_step=plateau_step, nonfinite_step=nonfinite_step, blowup_step=blowup_step,
-        grad_explode_step=grad_explode_step, lr_jump_steps=lr_jump_steps,
-        spike_steps=spike_steps, update_ratio=update_ratio, grad_growth_max=grad_growth_max,
-        grad_spikiness=spikiness, grad_spike_step=spike_step, grad_spike_share=spike_share,
-        grad_explode_share=explode_share, grad_spike_episodes=spike_count,
-        total_update=total_update)
+    u_all = c.update[np.isfinite(c.update)]
+    return (float(np.median(u)) if len(u) else float("nan"),
+            float(u_all.sum()) if len(u_all) else float("nan"))
 
 
 def _round(value: Any) -> Any:

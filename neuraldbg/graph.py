@@ -33,7 +33,7 @@ import networkx as nx
 from neuraldbg.compressor import CoupledFailure
 from neuraldbg.records import Hypothesis
 
-__all__ = ["build_causal_graph", "to_mermaid", "escape_label", "layer_node"]
+__all__ = ["build_causal_graph", "graph_to_mermaid", "escape_label", "layer_node"]
 
 _MAX_PATH_NODES = 8
 _MIN_CONFIDENCE = 0.1
@@ -90,11 +90,35 @@ def build_causal_graph(hypotheses: Sequence[Hypothesis],
         ``step_gap`` (see the module docstring for what an edge means).
     """
     g = nx.DiGraph()
+    best = _best_per_failure(hypotheses, min_confidence)
+    _add_causes(g, hypotheses, best, min_confidence)
+    for ftype, h in best.items():
+        _add_layer_path(g, ftype, h)
+        for other, _p in (h.metadata.get("explained_by") or {}).items():
+            if other in best:
+                _add_edge(g, f"failure:{other}", f"failure:{ftype}", "explains",
+                          int(h.origin_step) - int(best[other].origin_step))
+    _add_coupled(g, best, coupled)
+    return g
+
+
+def _best_per_failure(hypotheses: Sequence[Hypothesis], min_confidence: float
+                      ) -> dict[str, Hypothesis]:
+    """The most confident hypothesis of each failure type, those under the bar left out."""
     best: dict[str, Hypothesis] = {}
     for h in hypotheses:
         if h.confidence >= min_confidence and (h.failure_type not in best or
                                                h.confidence > best[h.failure_type].confidence):
             best[h.failure_type] = h
+    return best
+
+
+def _add_causes(g: nx.DiGraph, hypotheses: Sequence[Hypothesis], best: dict[str, Hypothesis],
+                min_confidence: float) -> None:
+    """One node per failure (at its best hypothesis) and a ``causes`` edge from each cause.
+
+    ``unknown`` is drawn only when it carries the failure.
+    """
     for h in hypotheses:
         if h.confidence < min_confidence or h.failure_type not in best:
             continue
@@ -110,31 +134,35 @@ def build_causal_graph(hypotheses: Sequence[Hypothesis],
             c = f"cause:{h.root_cause}"
             g.add_node(c, kind="cause", label=h.root_cause)
             _add_edge(g, c, f, "causes", None)
-    for ftype, h in best.items():
-        f = f"failure:{ftype}"
-        origin = layer_node(ftype, h.origin_layer)
-        g.add_node(origin, kind="layer", module_name=h.origin_layer, failure_type=ftype,
-                   step=int(h.origin_step),
-                   label=f"layer {h.origin_layer or '(model)'} (step {h.origin_step})")
-        _add_edge(g, f, origin, "originates_in", 0)
-        prop = h.metadata.get("propagation") or {}
-        prev, prev_step = origin, h.origin_step
-        path = list(zip(prop.get("path", []), prop.get("path_steps", []), strict=False))
-        for name, step in path[:_MAX_PATH_NODES]:
-            node = layer_node(ftype, name)
-            if node not in g:
-                g.add_node(node, kind="layer", module_name=name, failure_type=ftype,
-                           step=int(step), label=f"layer {name} (step {int(step)})")
-            _add_edge(g, prev, node, "propagates", int(step) - int(prev_step))
-            prev, prev_step = node, step
-        for other, _p in (h.metadata.get("explained_by") or {}).items():
-            if other in best:
-                _add_edge(g, f"failure:{other}", f, "explains",
-                          int(h.origin_step) - int(best[other].origin_step))
-    # Coupled failures with a named mechanism, from an origin layer to a layer in the graph
-    # (same-kind spread is already drawn as the propagation path; no 2-cycles).
-    # A mechanism edge joins two origins: the origin of one failure set off another
-    # failure where that one began (edges into every layer it passed were clutter).
+
+
+def _add_layer_path(g: nx.DiGraph, ftype: str, h: Hypothesis) -> None:
+    """The failure's origin layer and the layers it travelled through, in order."""
+    origin = layer_node(ftype, h.origin_layer)
+    g.add_node(origin, kind="layer", module_name=h.origin_layer, failure_type=ftype,
+               step=int(h.origin_step),
+               label=f"layer {h.origin_layer or '(model)'} (step {h.origin_step})")
+    _add_edge(g, f"failure:{ftype}", origin, "originates_in", 0)
+    prop = h.metadata.get("propagation") or {}
+    prev, prev_step = origin, h.origin_step
+    path = list(zip(prop.get("path", []), prop.get("path_steps", []), strict=False))
+    for name, step in path[:_MAX_PATH_NODES]:
+        node = layer_node(ftype, name)
+        if node not in g:
+            g.add_node(node, kind="layer", module_name=name, failure_type=ftype,
+                       step=int(step), label=f"layer {name} (step {int(step)})")
+        _add_edge(g, prev, node, "propagates", int(step) - int(prev_step))
+        prev, prev_step = node, step
+
+
+def _add_coupled(g: nx.DiGraph, best: dict[str, Hypothesis],
+                 coupled: Sequence[CoupledFailure]) -> None:
+    """Coupled failures with a named mechanism, from one failure's origin to another's.
+
+    Same-kind spread is already drawn as the propagation path (and would make 2-cycles); a
+    mechanism edge joins two origins: the origin of one failure set off another failure
+    where that one began (edges into every layer it passed were clutter).
+    """
     origins = {h.origin_layer: ftype for ftype, h in best.items()}
     for pair in coupled:
         cause, effect = pair.cause.module_name, pair.effect.module_name
@@ -143,10 +171,9 @@ def build_causal_graph(hypotheses: Sequence[Hypothesis],
         if effect in origins and origins[effect] != origins[cause]:
             _add_edge(g, layer_node(origins[cause], cause),
                       layer_node(origins[effect], effect), pair.relation, pair.step_gap)
-    return g
 
 
-def to_mermaid(graph: nx.DiGraph, direction: str = "TD") -> str:
+def graph_to_mermaid(graph: nx.DiGraph, direction: str = "TD") -> str:
     """Mermaid flowchart text of a causal graph.
 
     Parameters

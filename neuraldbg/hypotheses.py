@@ -26,7 +26,8 @@ Each hypothesis pairs a symptom with one cause::
     confidence = P(symptom) x (1 - 0.4 x (1 - support(cause) / support(best cause)))
 
 over the candidate causes plus "unknown" (whose support is the chance that no candidate
-holds, ``prod(1 - support)``, or the support a rule gives a cause outside the vocabulary).
+holds, ``prod(1 - support)``, or the support a rule gives a cause outside the vocabulary). The
+coefficients (0.5, 0.8, 0.4, ...) are the fields of :class:`HypothesisWeights`.
 The best-supported cause carries the symptom's probability, so an ambiguous cause never
 makes a clear failure look healthy; weaker alternatives follow in the order of their
 support, down to 0.6 x P(symptom). No constant lets a cause outrank a symptom with stronger
@@ -49,15 +50,17 @@ from typing import Any
 
 import numpy as np
 
-from neuraldbg.causes import RunFacts, score_causes
+from neuraldbg.causes import score_causes
 from neuraldbg.compressor import Compression
 from neuraldbg.events import LossDynamics
 from neuraldbg.records import Hypothesis
+from neuraldbg.run_facts import RunFacts
 from neuraldbg.states import StateTable
 from neuraldbg.symptoms import Symptom
+from neuraldbg.thresholds import require_positive_fields
 
-__all__ = ["RootCause", "resolve_overlaps", "generate_hypotheses", "rank_causes",
-           "rank_root_causes"]
+__all__ = ["HypothesisWeights", "RankedCause", "resolve_overlaps", "generate_hypotheses",
+           "rank_causes", "rank_root_causes"]
 _MAX_PATH = 50
 _MAX_COUPLED = 10
 
@@ -71,9 +74,6 @@ _EXPLAINS: dict[str, tuple[str, ...]] = {
     "saturated_activations": ("vanishing_gradients", "training_plateau"),
     "vanishing_gradients": ("training_plateau",),
 }
-#: Largest share of a symptom's probability another symptom can explain away, so that a
-#: strongly measured symptom keeps weight when its explanation is itself weak.
-_EXPLAIN_SHARE = 0.8
 _CAUSAL_ORDER = ("exploding_gradients", "loss_divergence", "dead_neurons",
                  "saturated_activations", "vanishing_gradients", "training_plateau")
 
@@ -94,7 +94,7 @@ def _clean(value: Any) -> Any:
 
 
 @dataclass(frozen=True, slots=True)
-class RootCause:
+class RankedCause:
     """A root cause ranked over all hypotheses of a run.
 
     Attributes
@@ -119,38 +119,95 @@ class RootCause:
                 "failure_types": list(self.failure_types), "evidence": dict(self.evidence)}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> RootCause:
+    def from_dict(cls, data: dict[str, Any]) -> RankedCause:
         """Inverse of :meth:`to_dict`."""
         return cls(data["root_cause"], float(data["confidence"]),
                    tuple(data.get("failure_types", ())), dict(data.get("evidence", {})))
 
 
+@dataclass(frozen=True, slots=True)
+class HypothesisWeights:
+    """The coefficients of overlap resolution and of a hypothesis' confidence.
+
+    Each with the reason for its value; the formulas are in the module docstring.
+
+    Attributes
+    ----------
+    overlap_discount : float, default=0.5
+        Factor on the probability of the one of exploding gradients and loss divergence that
+        does not name the mechanism nearest the cause: it is still measured, so it keeps
+        half rather than vanishing.
+    explain_share : float, default=0.8
+        Largest share of a symptom's probability another symptom can explain away, so that
+        a strongly measured symptom keeps weight when its explanation is itself weak.
+    alternative_drop : float, default=0.4
+        ``confidence = P(symptom) x (1 - drop x (1 - support / best support))``: the
+        weakest alternative cause keeps 0.6 of the symptom's probability, so an alternative
+        stays visible below the carrier without ever outranking it.
+    alternative_floor : float, default=0.25
+        Alternatives supported less than this share of the best cause are left out: at a
+        quarter of the evidence they are noise next to the carrier.
+    ratio_guard : float, default=1e-9
+        Denominators of a consistency ratio or a support share are at least this (a zero
+        consistency or support would divide by zero).
+    """
+
+    overlap_discount: float = 0.5
+    explain_share: float = 0.8
+    alternative_drop: float = 0.4
+    alternative_floor: float = 0.25
+    ratio_guard: float = 1e-9
+
+    def __post_init__(self) -> None:
+        """Reject a non-positive or non-numeric coefficient (the message names it)."""
+        require_positive_fields(self)
+
+
+_DEFAULT_WEIGHTS = HypothesisWeights()
+
+
 def resolve_overlaps(symptoms: list[Symptom], dyn: LossDynamics, facts: RunFacts,
-                     states: StateTable) -> None:
+                     states: StateTable, weights: HypothesisWeights | None = None) -> None:
     """Apply the contract's vocabulary rules in place (see the module docstring)."""
-    cfg = states.config
+    w = weights or _DEFAULT_WEIGHTS
     by = {s.failure_type: s for s in symptoms}
     exp, div = by.get("exploding_gradients"), by.get("loss_divergence")
     if exp is not None and div is not None:
-        # The lead is measured against the loss turning non-finite (the contract's words),
-        # or against its blow-up when it never does.
-        t_loss = next((s for s in (dyn.nonfinite_step, dyn.blowup_step) if s is not None),
-                      div.origin_step)
-        # Spikes do not count as a lead: only growth by orders of magnitude does.
-        growth_onset = exp.evidence.get("growth_onset")
-        t_grad = growth_onset if growth_onset is not None else t_loss
-        # A learning-rate jump just before the gradients grew or the loss blew up triggered
-        # them: the gradients did not lead on their own.
-        refs = [t for t in (t_grad, dyn.blowup_step, dyn.nonfinite_step) if t is not None]
-        jump = any(r - cfg.lr_jump_window <= s <= r for s in facts.lr_jump_steps for r in refs)
-        lead = t_grad < t_loss and not jump
-        winner, loser = (exp, div) if lead else (div, exp)
-        loser.discount *= 0.5
-        loser.explained_by[winner.failure_type] = winner.probability
-        for s in (exp, div):
-            s.evidence["gradient_lead_steps"] = t_loss - t_grad
-            s.evidence["lr_jump_before_blowup"] = jump
-    names = states.module_names
+        _explosion_or_divergence(exp, div, dyn, facts, states.config.lr_jump_window, w)
+    _explain_away(by, states.module_names, w)
+    # Dead units after an instability: the instability's cause is a candidate cause.
+    dead = by.get("dead_neurons")
+    unstable = [by[k].probability for k in ("exploding_gradients", "loss_divergence")
+                if k in by and by[k].origin_step <= (dead.origin_step if dead else -1)]
+    if dead is not None and unstable:
+        dead.extra["upstream_instability"] = max(unstable)
+
+
+def _explosion_or_divergence(exp: Symptom, div: Symptom, dyn: LossDynamics, facts: RunFacts,
+                             lr_jump_window: int, w: HypothesisWeights) -> None:
+    """Keep the one nearest the cause; discount the other."""
+    # The lead is measured against the loss turning non-finite (the contract's words),
+    # or against its blow-up when it never does.
+    t_loss = next((s for s in (dyn.nonfinite_step, dyn.blowup_step) if s is not None),
+                  div.origin_step)
+    # Spikes do not count as a lead: only growth by orders of magnitude does.
+    growth_onset = exp.evidence.get("growth_onset")
+    t_grad = growth_onset if growth_onset is not None else t_loss
+    # A learning-rate jump just before the gradients grew or the loss blew up triggered
+    # them: the gradients did not lead on their own.
+    refs = [t for t in (t_grad, dyn.blowup_step, dyn.nonfinite_step) if t is not None]
+    jump = any(r - lr_jump_window <= s <= r for s in facts.lr_jump_steps for r in refs)
+    lead = t_grad < t_loss and not jump
+    winner, loser = (exp, div) if lead else (div, exp)
+    loser.discount *= w.overlap_discount
+    loser.explained_by[winner.failure_type] = winner.probability
+    for s in (exp, div):
+        s.evidence["gradient_lead_steps"] = t_loss - t_grad
+        s.evidence["lr_jump_before_blowup"] = jump
+
+
+def _explain_away(by: dict[str, Symptom], names: list[str], w: HypothesisWeights) -> None:
+    """Discount each symptom that an earlier one explains, in causal order."""
     for cause in _CAUSAL_ORDER:
         a = by.get(cause)
         if a is None:
@@ -172,15 +229,9 @@ def resolve_overlaps(symptoms: list[Symptom], dyn: LossDynamics, facts: RunFacts
             # end (a layer it killed): weight by relative persistence. A plateau is always
             # fully explained: the vocabulary keeps it for stalls with healthy gradients.
             weight = 1.0 if effect == "training_plateau" else min(
-                1.0, a.consistency / max(b.consistency, 1e-9))
-            b.discount *= 1.0 - _EXPLAIN_SHARE * pa * weight
+                1.0, a.consistency / max(b.consistency, w.ratio_guard))
+            b.discount *= 1.0 - w.explain_share * pa * weight
             b.explained_by[cause] = pa
-    # Dead units after an instability: the instability's cause is a candidate cause.
-    dead = by.get("dead_neurons")
-    unstable = [by[k].probability for k in ("exploding_gradients", "loss_divergence")
-                if k in by and by[k].origin_step <= (dead.origin_step if dead else -1)]
-    if dead is not None and unstable:
-        dead.extra["upstream_instability"] = max(unstable)
 
 
 def _coupled_for(layer: str, comp: Compression) -> list[dict[str, Any]]:
@@ -192,9 +243,10 @@ def _coupled_for(layer: str, comp: Compression) -> list[dict[str, Any]]:
 
 def generate_hypotheses(symptoms: list[Symptom], comp: Compression, facts: RunFacts,
                         states: StateTable, *, min_confidence: float = 0.05,
-                        max_causes: int = 3) -> list[Hypothesis]:
+                        max_causes: int = 3, weights: HypothesisWeights | None = None
+                        ) -> list[Hypothesis]:
     """Pair each symptom with its candidate causes; highest confidence first."""
-    cfg = states.config
+    cfg, w = states.config, weights or _DEFAULT_WEIGHTS
     first_step = int(states.steps[0]) if len(states.steps) else 0
     out: list[Hypothesis] = []
     for sym in symptoms:
@@ -203,7 +255,8 @@ def generate_hypotheses(symptoms: list[Symptom], comp: Compression, facts: RunFa
             continue
         causes = score_causes(sym.failure_type, onset=sym.origin_step, first_step=first_step,
                               facts=facts, cfg=cfg, extra=sym.extra)
-        kept, resolution, tied = rank_causes(causes, cfg.cause_tie_margin, max_causes)
+        kept, resolution, tied = rank_causes(causes, cfg.cause_tie_margin, max_causes,
+                                             keep_share=w.alternative_floor)
         prop = sym.propagation
         base_meta = {
             "propagation": (None if prop is None else
@@ -216,10 +269,10 @@ def generate_hypotheses(symptoms: list[Symptom], comp: Compression, facts: RunFa
             "tied_causes": tied,
             "explained_by": sym.explained_by,
         }
-        best = max(kept[0][1], 1e-9)
+        best = max(kept[0][1], w.ratio_guard)
         for i, (cause, support, cause_ev) in enumerate(kept):
             share = 1.0 if i == 0 else min(1.0, support / best)
-            conf = p_sym * (1.0 - 0.4 * (1.0 - share))
+            conf = p_sym * (1.0 - w.alternative_drop * (1.0 - share))
             if resolution != "evidence" and cause != "unknown":
                 conf = min(conf, cfg.unsure_cap)
             meta = {**base_meta, "cause_evidence": cause_ev, "confidence_terms": {
@@ -233,8 +286,8 @@ def generate_hypotheses(symptoms: list[Symptom], comp: Compression, facts: RunFa
 
 
 def rank_causes(causes: dict[str, tuple[float, dict[str, Any]]], tie_margin: float,
-                 max_causes: int) -> tuple[list[tuple[str, float, dict[str, Any]]], str,
-                                           list[str]]:
+                max_causes: int, *, keep_share: float = 0.25
+                ) -> tuple[list[tuple[str, float, dict[str, Any]]], str, list[str]]:
     """Order the candidate causes of one symptom, the one that carries it first.
 
     ``unknown`` competes with its support: the chance that no candidate holds,
@@ -247,8 +300,8 @@ def rank_causes(causes: dict[str, tuple[float, dict[str, Any]]], tie_margin: flo
     Returns
     -------
     kept : list of (cause, support, evidence)
-        At most ``max_causes``, the carrier first, then by support down to a quarter of the
-        best.
+        At most ``max_causes``, the carrier first, then by support down to ``keep_share``
+        of the best (:attr:`HypothesisWeights.alternative_floor`).
     resolution : {"evidence", "unknown", "tie"}
         What decided the carrier: a specific cause best supported, ``unknown`` best
         supported, or a tie between specific causes.
@@ -275,11 +328,11 @@ def rank_causes(causes: dict[str, tuple[float, dict[str, Any]]], tie_margin: flo
     else:
         ranked = [entry] + specific
     best = max(max(r[1] for r in ranked), 1e-9)
-    head, rest = ranked[0], [r for r in ranked[1:] if r[1] >= 0.25 * best]
+    head, rest = ranked[0], [r for r in ranked[1:] if r[1] >= keep_share * best]
     return [head, *rest][:max_causes], resolution, tied
 
 
-def rank_root_causes(hypotheses: list[Hypothesis]) -> list[RootCause]:
+def rank_root_causes(hypotheses: list[Hypothesis]) -> list[RankedCause]:
     """Root causes over all hypotheses, each at its best confidence, highest first."""
     best: dict[str, list[Hypothesis]] = {}
     for h in hypotheses:
@@ -288,7 +341,7 @@ def rank_root_causes(hypotheses: list[Hypothesis]) -> list[RootCause]:
     for cause, hs in best.items():
         hs.sort(key=lambda h: -h.confidence)
         types = tuple(dict.fromkeys(h.failure_type for h in hs))
-        out.append(RootCause(cause, hs[0].confidence, types,
+        out.append(RankedCause(cause, hs[0].confidence, types,
                              dict(hs[0].metadata.get("cause_evidence", {}))))
     out.sort(key=lambda r: -r.confidence)
     return out

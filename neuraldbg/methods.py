@@ -31,19 +31,25 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 import networkx as nx
 import numpy as np
 
-from neuraldbg.causes import RunFacts, gather_facts
 from neuraldbg.compressor import Compression, CoupledFailure, compress
 from neuraldbg.errors import MissingDependencyError
 from neuraldbg.events import LossDynamics, extract_events, loss_dynamics
-from neuraldbg.graph import build_causal_graph, to_mermaid
-from neuraldbg.hypotheses import RootCause, generate_hypotheses, rank_root_causes, resolve_overlaps
+from neuraldbg.graph import build_causal_graph, graph_to_mermaid
+from neuraldbg.hypotheses import (
+    RankedCause,
+    generate_hypotheses,
+    rank_root_causes,
+    resolve_overlaps,
+)
 from neuraldbg.knobs import validate_knobs
 from neuraldbg.ranks import combine_ranks
 from neuraldbg.records import FAILURE_TYPES, HEALTHY, Event, Hypothesis
 from neuraldbg.registry_base import Registry
-from neuraldbg.states import StateTable, ThresholdConfig, classify_states
+from neuraldbg.run_facts import RunFacts, gather_facts
+from neuraldbg.states import StateTable, classify_states
 from neuraldbg.sufficiency import hedge, thin_evidence, usable_trace
 from neuraldbg.symptoms import Symptom, find_symptoms
+from neuraldbg.thresholds import ThresholdConfig
 from neuraldbg.trace import Trace, load_trace
 
 __all__ = [
@@ -58,7 +64,7 @@ __all__ = [
     "available_methods",
     "HeuristicReasoner",
     "Diagnosis",
-    "diagnose",
+    "heuristic_diagnosis",
     "explain",
     "get_root_causes",
     "detect_coupled_failures",
@@ -267,8 +273,9 @@ class Diagnosis:
         return build_causal_graph(self.hypotheses, self.compression.coupled)
 
 
-def diagnose(trace: Trace | str | os.PathLike[str], config: ThresholdConfig | None = None,
-             window: int | None = None) -> Diagnosis:
+def heuristic_diagnosis(trace: Trace | str | os.PathLike[str],
+                        config: ThresholdConfig | None = None,
+                        window: int | None = None) -> Diagnosis:
     """Run the heuristic pipeline on a trace and keep every stage's output.
 
     Parameters
@@ -348,7 +355,7 @@ class HeuristicReasoner:
 
     def diagnose(self, trace: Trace | str | os.PathLike[str]) -> Diagnosis:
         """All stages' outputs for one trace."""
-        return diagnose(trace, self.thresholds, self.window)
+        return heuristic_diagnosis(trace, self.thresholds, self.window)
 
     def explain(self, trace: Trace | str | os.PathLike[str]) -> list[Hypothesis]:
         """Ranked hypotheses for one trace, highest confidence first."""
@@ -415,7 +422,7 @@ def explain(trace: Trace | str | os.PathLike[str], method: str | DiagnosisMethod
 
 
 def get_root_causes(trace: Trace | str | os.PathLike[str],
-                    method: str | DiagnosisMethod = "heuristic") -> list[RootCause]:
+                    method: str | DiagnosisMethod = "heuristic") -> list[RankedCause]:
     """Root causes of a run, each at the confidence of its best hypothesis, highest first."""
     return rank_root_causes(explain(trace, method))
 
@@ -424,19 +431,19 @@ def detect_coupled_failures(trace: Trace | str | os.PathLike[str], window: int |
                             ) -> list[CoupledFailure]:
     """Failure onsets in different layers within ``window`` steps, cause before effect.
 
-    ``window`` defaults to :attr:`neuraldbg.states.ThresholdConfig.window` (5 steps).
+    ``window`` defaults to :attr:`neuraldbg.thresholds.ThresholdConfig.window` (5 steps).
     """
-    return diagnose(trace, window=window).coupled
+    return heuristic_diagnosis(trace, window=window).coupled
 
 
 def causal_graph(trace: Trace | str | os.PathLike[str]) -> nx.DiGraph:
     """The heuristic diagnosis as a ``networkx.DiGraph`` (see :mod:`neuraldbg.graph`)."""
-    return diagnose(trace).graph()
+    return heuristic_diagnosis(trace).graph()
 
 
 def export_mermaid_causal_graph(trace: Trace | str | os.PathLike[str]) -> str:
     """The causal graph as Mermaid flowchart text (deduplicated, safe node ids)."""
-    return to_mermaid(causal_graph(trace))
+    return graph_to_mermaid(causal_graph(trace))
 
 
 def what_if(trace: Trace | str | os.PathLike[str],

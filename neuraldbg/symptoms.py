@@ -35,15 +35,14 @@ from typing import Any
 
 import numpy as np
 
-from neuraldbg.causes import RunFacts
 from neuraldbg.compressor import NONFINITE, Compression, Propagation
 from neuraldbg.events import LossDynamics
-from neuraldbg.states import StateTable
+from neuraldbg.run_facts import RunFacts
+from neuraldbg.states import SATURATING_FAMILIES, StateTable
+from neuraldbg.thresholds import require_positive_fields
 from neuraldbg.trace import Trace
 
-__all__ = ["Symptom", "find_symptoms", "ratio_strength", "share_strength"]
-
-_SATURATING = ("sigmoid", "tanh", "softmax", "smooth")
+__all__ = ["Symptom", "SymptomWeights", "find_symptoms", "ratio_strength", "share_strength"]
 
 
 def ratio_strength(ratio: float, threshold: float) -> float:
@@ -168,160 +167,344 @@ def _tail_median(values: np.ndarray, row: int, col: int) -> float:
     return float(np.median(tail)) if len(tail) else float("nan")
 
 
-def _activation_symptom(kind: str, failure: str, share_col: str, thr: float, prop: Propagation,
-                        states: StateTable, dyn: LossDynamics) -> Symptom:
+@dataclass(frozen=True, slots=True)
+class SymptomWeights:
+    """The coefficients of the symptom probability terms, with the reason for each number.
+
+    The terms themselves are defined in the module docstring; the thresholds the evidence is
+    compared with are in :class:`~neuraldbg.thresholds.ThresholdConfig`.
+
+    Attributes
+    ----------
+    consistency_floor, consistency_gain : float, default=0.5, 0.5
+        ``consistency = floor + gain x persistence``: a one-step blip still counts half (it
+        was measured), a failure that lasts counts fully.
+    impact_floor, impact_stall : float, default=0.4, 0.6
+        ``impact = floor + stall_weight x stall`` for vanishing gradients, dead units and a
+        gradient explosion that did not blow the loss up: such a failure matters when it
+        stalls the loss, but is a real fault (0.4) even when the loss still moves.
+    full_dead_share, full_dead_span : float, default=0.9, 0.1
+        A layer more than ``full_dead_share`` dead counts as a stall: the stall term grows
+        linearly from 0 at that share to 1 at ``share + span`` (all units dead), since a
+        layer that dead passes almost no signal whatever the loss does yet.
+    saturation_impact_floor, saturation_impact_gain : float, default=0.6, 0.4
+        ``impact = floor + gain x max(stall, present from the first step)`` for saturation:
+        saturated units train slowly even when the loss still moves, so the floor is higher
+        than for vanishing gradients; saturation from step 0 is an input or init problem.
+    recurring_spike_episodes : float, default=2.0
+        Spike episodes that make a spiking gradient fully persistent: spikes are sporadic
+        by nature, so two separate episodes are already a recurring pattern.
+    preact_z_limit : float, default=10.0
+        mean/std of the output feeding a dead layer is clipped to +-this (and a zero std
+        with a negative mean reads as -this): beyond 10 std the support of a negative bias
+        is 1 to float precision, and the evidence stays JSON-finite.
+    plateau_strength_floor, plateau_strength_gain : float, default=0.5, 0.5
+        ``strength = floor + gain x`` how far the improvement falls short of
+        ``plateau_improvement`` (share of it): 0.5 at the threshold, 1 for no improvement,
+        as for the ratio and share strengths.
+    level_floor : float, default=1e-12
+        The loss level a divergence is measured against is at least this, so a loss that
+        had converged to zero does not divide by zero.
+    """
+
+    consistency_floor: float = 0.5
+    consistency_gain: float = 0.5
+    impact_floor: float = 0.4
+    impact_stall: float = 0.6
+    full_dead_share: float = 0.9
+    full_dead_span: float = 0.1
+    saturation_impact_floor: float = 0.6
+    saturation_impact_gain: float = 0.4
+    recurring_spike_episodes: float = 2.0
+    preact_z_limit: float = 10.0
+    plateau_strength_floor: float = 0.5
+    plateau_strength_gain: float = 0.5
+    level_floor: float = 1e-12
+
+    def __post_init__(self) -> None:
+        """Reject a non-positive or non-numeric coefficient (the message names it)."""
+        require_positive_fields(self)
+
+
+@dataclass(frozen=True, slots=True)
+class _Run:
+    """The stage outputs every symptom rule reads."""
+
+    trace: Trace
+    states: StateTable
+    dyn: LossDynamics
+    comp: Compression
+    facts: RunFacts
+    w: SymptomWeights
+
+    @property
+    def first_step(self) -> int:
+        """First recorded step (0 without any)."""
+        return int(self.states.steps[0]) if len(self.states.steps) else 0
+
+    @property
+    def loss_bad(self) -> list[int]:
+        """Steps where the loss turned non-finite or blew up."""
+        return [s for s in (self.dyn.nonfinite_step, self.dyn.blowup_step) if s is not None]
+
+    def consistency(self, persistence: float) -> float:
+        """``consistency_floor + consistency_gain x persistence``."""
+        return self.w.consistency_floor + self.w.consistency_gain * persistence
+
+    def stall_impact(self) -> float:
+        """``impact_floor + impact_stall x stall``."""
+        return self.w.impact_floor + self.w.impact_stall * self.dyn.stall
+
+
+def _activation_symptom(run: _Run, kind: str, failure: str, share_col: str, thr: float,
+                        prop: Propagation) -> Symptom:
+    states = run.states
     row, col = _row(states, prop.origin_step), _col(states, prop.origin_layer)
     share = _tail_median(states.measures[share_col], row, col)
     pers = _persistence(states.measures[f"is_{kind}"], states.measures["observed"], row, col)
     return Symptom(failure, prop.origin_layer, prop.origin_step, share_strength(share, thr),
-                   0.5 + 0.5 * pers, 1.0, {share_col: share, "persistence": pers,
-                                           "threshold": thr}, prop)
+                   run.consistency(pers), 1.0, {share_col: share, "persistence": pers,
+                                                "threshold": thr}, prop)
 
 
 def find_symptoms(trace: Trace, states: StateTable, dyn: LossDynamics, comp: Compression,
-                  facts: RunFacts) -> list[Symptom]:
-    """Every failure type the compressed events support, with its probability terms."""
-    cfg = states.config
-    prop = comp.propagation
-    first_step = int(states.steps[0]) if len(states.steps) else 0
-    out: list[Symptom] = []
-    stall = dyn.stall
-    m = states.measures
+                  facts: RunFacts, weights: SymptomWeights | None = None) -> list[Symptom]:
+    """Every failure type the compressed events support, with its probability terms.
 
-    if "gradient_vanishing" in prop:
-        p = prop["gradient_vanishing"]
-        row = _row(states, p.origin_step)
-        vanished = [e.evidence["forward_index"] for e in comp.onsets
-                    if e.kind == "gradient_vanishing" and e.step == p.origin_step]
-        deepest = min(vanished)
-        min_ratio = float(np.nanmin(m["grad_ratio"][row, vanished]))
-        pers = _persistence(m["is_vanishing"], m["observed"], row, deepest)
-        strength = 1.0 if min_ratio <= 0 else ratio_strength(cfg.rel_vanish / min_ratio, 1.0)
-        act_share = _activation_decay_share(states, row, deepest)
-        out.append(Symptom("vanishing_gradients", p.origin_layer, p.origin_step, strength,
-                           0.5 + 0.5 * pers, 0.4 + 0.6 * stall,
-                           {"min_grad_ratio": min_ratio, "threshold": cfg.rel_vanish,
-                            "n_vanished_layers": len(vanished), "persistence": pers,
-                            "loss_stall": stall, "activation_decay_share": act_share}, p,
-                           {"activation_decay_share": act_share}))
+    Parameters
+    ----------
+    trace : Trace
+    states : StateTable
+    dyn : LossDynamics
+    comp : Compression
+    facts : RunFacts
+        The outputs of the earlier stages for ``trace``.
+    weights : SymptomWeights, optional
+        Coefficients of the probability terms; the documented defaults when omitted.
 
-    loss_bad = [s for s in (dyn.nonfinite_step, dyn.blowup_step) if s is not None]
-    nf = prop.get(NONFINITE)
-    # Module explosions on finite values only: rows after a NaN belong to the divergence.
-    finite_rows: np.ndarray = np.asarray(~m["nonfinite"].any(axis=1), dtype=bool)
-    exploding = m["is_exploding"] & finite_rows[:, None]
-    mod_rows = np.flatnonzero(exploding.any(axis=1))
-    mod_onset = int(states.steps[mod_rows[0]]) if len(mod_rows) else None
-    mod_col = int(np.argmax(exploding[mod_rows[0]])) if len(mod_rows) else -1
-    p_exp = prop.get("gradient_exploding")
-    spiky = dyn.grad_spike_step is not None
-    if mod_onset is not None or dyn.grad_explode_step is not None or spiky:
-        # Onset: a module exploding at the first observation exploded through depth at init
-        # (only per-module statistics show it); otherwise the earliest of the every-step
-        # global gradient norm's growth and its spikes.
-        if mod_onset is not None and mod_onset <= first_step:
-            onset = mod_onset
-        else:
-            timed = [t for t in (dyn.grad_explode_step, dyn.grad_spike_step) if t is not None]
-            onset = min(timed) if timed else int(mod_onset)  # type: ignore[arg-type]
-        if mod_col >= 0:
-            # Weight gradients explode in layers with weights: a parameter-free module
-            # (activation, pooling) reports the parameterised layer that feeds it.
-            layer = states.module_names[_weighted_producer(trace, states, mod_col)]
-        else:
-            layer = _spiking_layer(states, onset, facts)
-        growth = dyn.grad_growth_max
-        mod_growth = np.where(finite_rows[:, None], m["grad_growth"], np.nan)
-        if np.isfinite(mod_growth).any():
-            growth = float(np.nanmax([growth if not math.isnan(growth) else 0.0,
-                                      np.nanmax(mod_growth)]))
-        strength = max(ratio_strength(growth, cfg.explode_growth),
+    Returns
+    -------
+    list of Symptom
+        In the order vanishing gradients, exploding gradients, loss divergence, dead
+        neurons, saturated activations, training plateau (those found).
+    """
+    run = _Run(trace, states, dyn, comp, facts, weights or SymptomWeights())
+    found = (rule(run) for rule in (_vanishing, _exploding, _divergence, _dead, _saturated,
+                                    _plateau))
+    return [sym for sym in found if sym is not None]
+
+
+def _vanishing(run: _Run) -> Symptom | None:
+    """Vanishing gradients: the smallest gradient ratio among the layers that vanished first."""
+    prop, m, cfg = run.comp.propagation, run.states.measures, run.states.config
+    if "gradient_vanishing" not in prop:
+        return None
+    p = prop["gradient_vanishing"]
+    row = _row(run.states, p.origin_step)
+    vanished = [e.evidence["forward_index"] for e in run.comp.onsets
+                if e.kind == "gradient_vanishing" and e.step == p.origin_step]
+    deepest = min(vanished)
+    min_ratio = float(np.nanmin(m["grad_ratio"][row, vanished]))
+    pers = _persistence(m["is_vanishing"], m["observed"], row, deepest)
+    strength = 1.0 if min_ratio <= 0 else ratio_strength(cfg.rel_vanish / min_ratio, 1.0)
+    act_share = _activation_decay_share(run.states, row, deepest)
+    stall = run.dyn.stall
+    return Symptom("vanishing_gradients", p.origin_layer, p.origin_step, strength,
+                   run.consistency(pers), run.stall_impact(),
+                   {"min_grad_ratio": min_ratio, "threshold": cfg.rel_vanish,
+                    "n_vanished_layers": len(vanished), "persistence": pers,
+                    "loss_stall": stall, "activation_decay_share": act_share}, p,
+                   {"activation_decay_share": act_share})
+
+
+@dataclass(frozen=True, slots=True)
+class _ModuleExplosion:
+    """Where module gradients exploded on finite values (rows after a NaN are left out)."""
+
+    finite_rows: np.ndarray
+    exploding: np.ndarray
+    first_row: int  # -1 when no module exploded
+    onset: int | None
+    col: int
+
+    @classmethod
+    def find(cls, states: StateTable) -> _ModuleExplosion:
+        """Locate the first module explosion on finite rows."""
+        m = states.measures
+        finite_rows: np.ndarray = np.asarray(~m["nonfinite"].any(axis=1), dtype=bool)
+        exploding = m["is_exploding"] & finite_rows[:, None]
+        rows = np.flatnonzero(exploding.any(axis=1))
+        if not len(rows):
+            return cls(finite_rows, exploding, -1, None, -1)
+        return cls(finite_rows, exploding, int(rows[0]), int(states.steps[rows[0]]),
+                   int(np.argmax(exploding[rows[0]])))
+
+
+def _explosion_onset(run: _Run, mod: _ModuleExplosion) -> int:
+    """Onset of a gradient explosion.
+
+    A module exploding at the first observation exploded through depth at init (only
+    per-module statistics show it); otherwise the earliest of the every-step global
+    gradient norm's growth and its spikes.
+    """
+    if mod.onset is not None and mod.onset <= run.first_step:
+        return mod.onset
+    timed = [t for t in (run.dyn.grad_explode_step, run.dyn.grad_spike_step) if t is not None]
+    return min(timed) if timed else int(mod.onset)  # type: ignore[arg-type]
+
+
+def _explosion_strength(run: _Run, mod: _ModuleExplosion) -> tuple[float, float]:
+    """(largest gradient growth on finite rows, the strength it and the spikes give)."""
+    dyn, cfg = run.dyn, run.states.config
+    growth = dyn.grad_growth_max
+    mod_growth = np.where(mod.finite_rows[:, None], run.states.measures["grad_growth"], np.nan)
+    if np.isfinite(mod_growth).any():
+        growth = float(np.nanmax([growth if not math.isnan(growth) else 0.0,
+                                  np.nanmax(mod_growth)]))
+    return growth, max(ratio_strength(growth, cfg.explode_growth),
                        ratio_strength(dyn.grad_spikiness, cfg.grad_spike))
-        # Growth is consistent when it lasts; spikes are sporadic by nature, so two separate
-        # spike episodes are a recurring pattern (spikes count only without growth).
-        grew = mod_onset is not None or dyn.grad_explode_step is not None
-        pers = dyn.grad_explode_share if grew else min(1.0, dyn.grad_spike_episodes / 2.0)
-        if mod_col >= 0:
-            pers = max(pers, _persistence(exploding, m["observed"] & finite_rows[:, None],
-                                          int(mod_rows[0]), mod_col))
-        lead_onsets = [t for t in (mod_onset, dyn.grad_explode_step) if t is not None]
-        out.append(Symptom("exploding_gradients", layer, onset, strength, 0.5 + 0.5 * pers,
-                           1.0 if loss_bad else 0.4 + 0.6 * stall,
-                           {"grad_growth_max": growth, "threshold": cfg.explode_growth,
-                            "grad_spikiness": dyn.grad_spikiness,
-                            "global_onset": dyn.grad_explode_step,
-                            "growth_onset": min(lead_onsets) if lead_onsets else None,
-                            "spike_onset": dyn.grad_spike_step, "persistence": pers}, p_exp,
-                           {"grad_spikiness": dyn.grad_spikiness}))
 
-    if loss_bad or nf is not None:
-        onset = min(loss_bad + ([nf.origin_step] if nf is not None else []))
-        origin = nf or prop.get("activation_anomalous")
-        layer = origin.origin_layer if origin else facts.first_layer
-        first_nonfinite = nf.origin_layer if nf else None
-        if dyn.nonfinite_step is not None and (nf is None or dyn.nonfinite_step < nf.origin_step):
-            # The loss turned non-finite while every module output was finite: the value
-            # overflowed after the last module (in the loss on its output); the modules going
-            # NaN the step after only carry the NaN update.
-            layer, first_nonfinite, origin = states.module_names[-1], "<loss>", None
-        loss = trace.steps["loss"].to_numpy(dtype=float, na_value=np.nan)
-        steps = trace.steps["step"].to_numpy()
-        tail = loss[steps >= onset]
-        with np.errstate(invalid="ignore"):
-            diverged = ~np.isfinite(tail) | (tail > cfg.loss_blowup * abs(dyn.baseline))
-        bad_share = float(np.mean(diverged)) if len(tail) else 1.0
-        # How far the loss rose from where it stood just before (a converged run that jumps
-        # back up diverged even if it stays under its starting level), and whether it stayed.
-        before = loss[(steps < onset) & np.isfinite(loss)][-cfg.loss_window:]
-        level = float(np.median(before)) if len(before) else abs(dyn.baseline)
-        level = max(level, 1e-12)
-        finite_tail = tail[np.isfinite(tail)]
-        peak = float(finite_tail.max()) if len(finite_tail) else math.nan
-        final = (float(np.median(finite_tail[-cfg.loss_window:])) if len(finite_tail)
-                 else math.nan)
-        damage = 1.0 if not np.isfinite(tail[-1:]).all() else ratio_strength(
-            final / level, cfg.loss_blowup)
-        nonfinite = dyn.nonfinite_step is not None or nf is not None
-        strength = 1.0 if nonfinite else ratio_strength(peak / level, cfg.loss_blowup)
-        out.append(Symptom("loss_divergence", layer, onset, strength,
-                           0.5 + 0.5 * max(bad_share, damage), 1.0,
-                           {"nonfinite_step": dyn.nonfinite_step, "blowup_step": dyn.blowup_step,
-                            "first_nonfinite_module": first_nonfinite,
-                            "loss_peak": peak, "loss_before": level, "loss_final": final,
-                            "loss_baseline": dyn.baseline,
-                            "share_of_steps_diverged": bad_share}, origin))
 
-    if "activation_dead" in prop:
-        p = prop["activation_dead"]
-        sym = _activation_symptom("dead", "dead_neurons", "act_frac_dead", cfg.dead_frac, p,
-                                  states, dyn)
-        share = sym.evidence["act_frac_dead"]
-        full = float(np.clip((share - 0.9) / 0.1, 0.0, 1.0)) if math.isfinite(share) else 0.0
-        sym.impact = 0.4 + 0.6 * max(stall, full)
-        row, col = _row(states, p.origin_step), _col(states, p.origin_layer)
-        if col > 0:
-            mean, std = m["act_mean"][row, col - 1], m["act_std"][row, col - 1]
-            z = mean / std if std > 0 else (-10.0 if mean < 0 else 0.0)
-            sym.extra["preact_z"] = float(np.clip(z, -10.0, 10.0)) if np.isfinite(z) else math.nan
-        sym.evidence["loss_stall"] = stall
-        out.append(sym)
+def _exploding(run: _Run) -> Symptom | None:
+    """Exploding gradients: module growth, global-norm growth or recurring spikes."""
+    dyn, states, cfg = run.dyn, run.states, run.states.config
+    mod = _ModuleExplosion.find(states)
+    if mod.onset is None and dyn.grad_explode_step is None and dyn.grad_spike_step is None:
+        return None
+    onset = _explosion_onset(run, mod)
+    # Weight gradients explode in layers with weights: a parameter-free module (activation,
+    # pooling) reports the parameterised layer that feeds it.
+    layer = (states.module_names[_weighted_producer(run.trace, states, mod.col)]
+             if mod.col >= 0 else _spiking_layer(states, onset, run.facts))
+    growth, strength = _explosion_strength(run, mod)
+    # Growth is consistent when it lasts; spikes are sporadic by nature, so two separate
+    # spike episodes are a recurring pattern (spikes count only without growth).
+    grew = mod.onset is not None or dyn.grad_explode_step is not None
+    pers = dyn.grad_explode_share if grew else min(
+        1.0, dyn.grad_spike_episodes / run.w.recurring_spike_episodes)
+    if mod.col >= 0:
+        pers = max(pers, _persistence(mod.exploding,
+                                      states.measures["observed"] & mod.finite_rows[:, None],
+                                      mod.first_row, mod.col))
+    lead_onsets = [t for t in (mod.onset, dyn.grad_explode_step) if t is not None]
+    return Symptom("exploding_gradients", layer, onset, strength, run.consistency(pers),
+                   1.0 if run.loss_bad else run.stall_impact(),
+                   {"grad_growth_max": growth, "threshold": cfg.explode_growth,
+                    "grad_spikiness": dyn.grad_spikiness,
+                    "global_onset": dyn.grad_explode_step,
+                    "growth_onset": min(lead_onsets) if lead_onsets else None,
+                    "spike_onset": dyn.grad_spike_step, "persistence": pers},
+                   run.comp.propagation.get("gradient_exploding"),
+                   {"grad_spikiness": dyn.grad_spikiness})
 
-    sat = prop.get("activation_saturated")
-    if sat is not None:
-        sym = _activation_symptom("saturated", "saturated_activations", "act_frac_saturated",
-                                  cfg.sat_frac, sat, states, dyn)
-        sym.impact = 0.6 + 0.4 * max(stall, 1.0 if sat.origin_step <= first_step else 0.0)
-        col = _col(states, sat.origin_layer)
-        first_sat = next((i for i, f in enumerate(states.families) if f in _SATURATING), -1)
-        sym.extra["origin_is_first_activation"] = 1.0 if col == first_sat else 0.0
-        sym.evidence["loss_stall"] = stall
-        out.append(sym)
 
-    if dyn.plateau_step is not None:
-        imp = dyn.improvement
-        strength = 0.5 + 0.5 * float(np.clip((cfg.plateau_improvement - imp)
-                                             / cfg.plateau_improvement, 0.0, 1.0))
-        out.append(Symptom("training_plateau", facts.first_layer, dyn.plateau_step, strength,
-                           1.0, 1.0, {"improvement": imp, "threshold": cfg.plateau_improvement},
-                           extra={"grad_spikiness": dyn.grad_spikiness}))
-    return out
+def _divergence_origin(run: _Run) -> tuple[str, str | None, Propagation | None]:
+    """(origin layer, first non-finite module or ``"<loss>"``, its propagation)."""
+    prop, dyn = run.comp.propagation, run.dyn
+    nf = prop.get(NONFINITE)
+    if dyn.nonfinite_step is not None and (nf is None or dyn.nonfinite_step < nf.origin_step):
+        # The loss turned non-finite while every module output was finite: the value
+        # overflowed after the last module (in the loss on its output); the modules going
+        # NaN the step after only carry the NaN update.
+        return run.states.module_names[-1], "<loss>", None
+    origin = nf or prop.get("activation_anomalous")
+    return (origin.origin_layer if origin else run.facts.first_layer,
+            nf.origin_layer if nf else None, origin)
+
+
+def _divergence_extent(run: _Run, onset: int) -> dict[str, float]:
+    """How far the loss rose from where it stood just before, and whether it stayed.
+
+    A converged run that jumps back up diverged even if it stays under its starting level.
+    """
+    dyn, cfg = run.dyn, run.states.config
+    loss = run.trace.steps["loss"].to_numpy(dtype=float, na_value=np.nan)
+    steps = run.trace.steps["step"].to_numpy()
+    tail = loss[steps >= onset]
+    with np.errstate(invalid="ignore"):
+        diverged = ~np.isfinite(tail) | (tail > cfg.loss_blowup * abs(dyn.baseline))
+    bad_share = float(np.mean(diverged)) if len(tail) else 1.0
+    before = loss[(steps < onset) & np.isfinite(loss)][-cfg.loss_window:]
+    level = float(np.median(before)) if len(before) else abs(dyn.baseline)
+    level = max(level, run.w.level_floor)
+    finite_tail = tail[np.isfinite(tail)]
+    peak = float(finite_tail.max()) if len(finite_tail) else math.nan
+    final = (float(np.median(finite_tail[-cfg.loss_window:])) if len(finite_tail)
+             else math.nan)
+    damage = 1.0 if not np.isfinite(tail[-1:]).all() else ratio_strength(
+        final / level, cfg.loss_blowup)
+    return {"bad_share": bad_share, "level": level, "peak": peak, "final": final,
+            "damage": damage}
+
+
+def _divergence(run: _Run) -> Symptom | None:
+    """Loss divergence: the loss turned non-finite or blew up, or a module went non-finite."""
+    dyn, cfg = run.dyn, run.states.config
+    nf = run.comp.propagation.get(NONFINITE)
+    loss_bad = run.loss_bad
+    if not (loss_bad or nf is not None):
+        return None
+    onset = min(loss_bad + ([nf.origin_step] if nf is not None else []))
+    layer, first_nonfinite, origin = _divergence_origin(run)
+    ext = _divergence_extent(run, onset)
+    nonfinite = dyn.nonfinite_step is not None or nf is not None
+    strength = 1.0 if nonfinite else ratio_strength(ext["peak"] / ext["level"], cfg.loss_blowup)
+    return Symptom("loss_divergence", layer, onset, strength,
+                   run.consistency(max(ext["bad_share"], ext["damage"])), 1.0,
+                   {"nonfinite_step": dyn.nonfinite_step, "blowup_step": dyn.blowup_step,
+                    "first_nonfinite_module": first_nonfinite,
+                    "loss_peak": ext["peak"], "loss_before": ext["level"],
+                    "loss_final": ext["final"], "loss_baseline": dyn.baseline,
+                    "share_of_steps_diverged": ext["bad_share"]}, origin)
+
+
+def _dead(run: _Run) -> Symptom | None:
+    """Dead units, with the mean/std of the output that feeds the dead layer."""
+    prop, states, w = run.comp.propagation, run.states, run.w
+    if "activation_dead" not in prop:
+        return None
+    p = prop["activation_dead"]
+    sym = _activation_symptom(run, "dead", "dead_neurons", "act_frac_dead",
+                              states.config.dead_frac, p)
+    share = sym.evidence["act_frac_dead"]
+    full = (float(np.clip((share - w.full_dead_share) / w.full_dead_span, 0.0, 1.0))
+            if math.isfinite(share) else 0.0)
+    sym.impact = w.impact_floor + w.impact_stall * max(run.dyn.stall, full)
+    row, col = _row(states, p.origin_step), _col(states, p.origin_layer)
+    if col > 0:
+        m, lim = states.measures, w.preact_z_limit
+        mean, std = m["act_mean"][row, col - 1], m["act_std"][row, col - 1]
+        z = mean / std if std > 0 else (-lim if mean < 0 else 0.0)
+        sym.extra["preact_z"] = float(np.clip(z, -lim, lim)) if np.isfinite(z) else math.nan
+    sym.evidence["loss_stall"] = run.dyn.stall
+    return sym
+
+
+def _saturated(run: _Run) -> Symptom | None:
+    """Saturated activations, and whether they began at the first saturating activation."""
+    sat, states, w = run.comp.propagation.get("activation_saturated"), run.states, run.w
+    if sat is None:
+        return None
+    stall = run.dyn.stall
+    sym = _activation_symptom(run, "saturated", "saturated_activations", "act_frac_saturated",
+                              states.config.sat_frac, sat)
+    sym.impact = w.saturation_impact_floor + w.saturation_impact_gain * max(
+        stall, 1.0 if sat.origin_step <= run.first_step else 0.0)
+    col = _col(states, sat.origin_layer)
+    first_sat = next((i for i, f in enumerate(states.families) if f in SATURATING_FAMILIES), -1)
+    sym.extra["origin_is_first_activation"] = 1.0 if col == first_sat else 0.0
+    sym.evidence["loss_stall"] = stall
+    return sym
+
+
+def _plateau(run: _Run) -> Symptom | None:
+    """A stalled loss, stronger the less it improved."""
+    dyn, cfg, w = run.dyn, run.states.config, run.w
+    if dyn.plateau_step is None:
+        return None
+    imp = dyn.improvement
+    strength = w.plateau_strength_floor + w.plateau_strength_gain * float(np.clip(
+        (cfg.plateau_improvement - imp) / cfg.plateau_improvement, 0.0, 1.0))
+    return Symptom("training_plateau", run.facts.first_layer, dyn.plateau_step, strength,
+                   1.0, 1.0, {"improvement": imp, "threshold": cfg.plateau_improvement},
+                   extra={"grad_spikiness": dyn.grad_spikiness})

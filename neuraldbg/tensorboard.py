@@ -22,11 +22,11 @@ from typing import Any
 import numpy as np
 
 from neuraldbg.errors import MissingDependencyError
-from neuraldbg.methods import diagnose
+from neuraldbg.methods import heuristic_diagnosis
 from neuraldbg.records import Event, Hypothesis
 from neuraldbg.reporting.summary import module_types
 from neuraldbg.reporting.words import verdict
-from neuraldbg.states import wide_stats
+from neuraldbg.stat_tables import wide_stats
 from neuraldbg.trace import Trace, load_trace
 
 __all__ = ["export_tensorboard", "STEP_SCALARS", "LAYER_STATISTICS"]
@@ -104,7 +104,7 @@ def export_tensorboard(trace: Trace | str | os.PathLike[str], logdir: str | os.P
                 for s, v in zip(rec_steps[keep], values[keep], strict=True):
                     writer.add_scalar(f"layers/{stat}/{name or '(model)'}", float(v), int(s))
         if len(steps) and len(trace.stats):
-            diag = diagnose(trace)
+            diag = heuristic_diagnosis(trace)
             types = module_types(trace)
             writer.add_text("diagnosis/verdict", verdict(diag.hypotheses, types).sentence, 0)
             by_step: dict[int, list[str]] = defaultdict(list)

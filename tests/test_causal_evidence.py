@@ -21,7 +21,7 @@ from causal_models.evidence import (
     sigmoid_decay,
 )
 from causal_models.structure import build_structure
-from neuraldbg.methods import diagnose
+from neuraldbg.methods import heuristic_diagnosis
 from neuraldbg.records import Hypothesis
 
 
@@ -94,7 +94,7 @@ def test_stack_decay_reads_depth_and_weight_gain_from_a_real_run_whatever_its_ac
     deep_he = _mlp(depth=12, kaiming=True)
     states, features = {}, {}
     for name, trace in (("default", default), ("he", he), ("deep_he", deep_he)):
-        st, feat = observe_stack(trace, diagnose(trace).facts)
+        st, feat = observe_stack(trace, heuristic_diagnosis(trace).facts)
         states[name], features[name] = st["sigmoid_decay"], feat
     assert features["default"]["hidden_layers"] == 3.0
     assert features["deep_he"]["hidden_layers"] == 12.0

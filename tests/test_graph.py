@@ -6,12 +6,12 @@ import re
 
 import networkx as nx
 import pytest
+from zoo_runs import zoo_families, zoo_trace
 
 import neuraldbg as ndb
-from neuraldbg.graph import build_causal_graph, escape_label, layer_node, to_mermaid
+from neuraldbg.graph import build_causal_graph, escape_label, graph_to_mermaid, layer_node
 from neuraldbg.methods import causal_graph
 from neuraldbg.records import Hypothesis
-from zoo_runs import zoo_families, zoo_trace
 
 _WEIRD = 'enc.layers.0["attn"]|<x> #1 & "q"'
 
@@ -39,7 +39,7 @@ def test_mermaid_is_valid_flowchart_with_safe_ids_and_no_duplicate_edges():
         _hyp("training_plateau", "unknown", "a", 0, 0.05),  # below the graph's cut
     ]
     graph = build_causal_graph(hyps)
-    text = to_mermaid(graph)
+    text = graph_to_mermaid(graph)
     lines = text.strip().splitlines()
     assert lines[0] == "flowchart TD"
     ids = re.compile(r"n\d+")
@@ -83,8 +83,8 @@ def test_two_failures_travelling_opposite_ways_stay_acyclic():
 
 def test_mermaid_direction_is_validated():
     with pytest.raises(ValueError, match="direction"):
-        to_mermaid(build_causal_graph([]), direction="XY")
-    assert to_mermaid(build_causal_graph([])) == "flowchart TD\n"
+        graph_to_mermaid(build_causal_graph([]), direction="XY")
+    assert graph_to_mermaid(build_causal_graph([])) == "flowchart TD\n"
 
 
 @pytest.mark.parametrize("family", zoo_families())

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from reasoner_traces import make_trace
 
-from neuraldbg.causes import logistic_support
-from neuraldbg.methods import diagnose, explain
+from neuraldbg.cause_evidence import logistic_support
+from neuraldbg.methods import explain, heuristic_diagnosis
 from neuraldbg.symptoms import ratio_strength, share_strength
 
 
@@ -110,7 +110,7 @@ def test_init_scale_too_large_from_layer_gains_at_the_first_step():
     std = np.tile([4.0, 1.0, 5.0, 1.0, 5.0, 1.0, 5.0], (n, 1))  # each Linear gains ~5x
     sat = np.zeros((n, 7))
     sat[:, [1, 3, 5]] = 0.9
-    diag = diagnose(make_trace(types, n, std=std, sat=sat, loss=np.ones(n)))
+    diag = heuristic_diagnosis(make_trace(types, n, std=std, sat=sat, loss=np.ones(n)))
     assert diag.facts.init_gain == pytest.approx(5.0)
     top = diag.hypotheses[0]
     assert (top.failure_type, top.origin_layer) == ("saturated_activations", "1")

@@ -14,7 +14,7 @@ from typing import Any
 import networkx as nx
 import numpy as np
 
-from neuraldbg.methods import Diagnosis, diagnose, explain, what_if
+from neuraldbg.methods import Diagnosis, explain, heuristic_diagnosis, what_if
 from neuraldbg.records import Hypothesis
 from neuraldbg.reporting.summary import RunSummary, summarize_run
 from neuraldbg.reporting.words import TraceEvidence, knobs_words, what_if_meaning
@@ -162,7 +162,7 @@ def collect(trace: Trace, *, methods: Sequence[str] = ("heuristic", "probabilist
     for name in methods:
         try:
             if name == "heuristic":
-                diag = diagnose(trace)
+                diag = heuristic_diagnosis(trace)
                 hyps[name] = list(diag.hypotheses)
             else:
                 hyps[name] = list(explain(trace, name))

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from neuraldbg.states import wide_stats
+from neuraldbg.stat_tables import wide_stats
 from neuraldbg.trace import Trace
 
 __all__ = ["NonFinite", "RunSummary", "summarize_run", "module_types", "layer_label"]

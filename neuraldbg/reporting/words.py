@@ -20,7 +20,7 @@ import numpy as np
 
 from neuraldbg.records import HEALTHY, Hypothesis
 from neuraldbg.reporting.summary import RunSummary, layer_label, module_types
-from neuraldbg.states import wide_stats
+from neuraldbg.stat_tables import wide_stats
 from neuraldbg.trace import Trace
 
 __all__ = ["Verdict", "TraceEvidence", "verdict", "failure_words", "cause_words",
@@ -180,7 +180,7 @@ class TraceEvidence:
         return layer_label(module_name, self.types)
 
 
-def _loss_context(s: RunSummary, after_step: int | None = None) -> str:
+def _loss_context(s: RunSummary) -> str:
     if s.first_nonfinite_loss is not None:
         return f"the loss went non-finite ({s.first_nonfinite_loss.value}) at step " \
                f"{s.first_nonfinite_loss.step}"

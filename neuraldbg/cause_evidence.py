@@ -1,0 +1,307 @@
+"""Cause evidence: how the run facts grade the support of one root cause, and its weights.
+
+The building blocks of the cause scorer (:mod:`neuraldbg.causes`): :func:`logistic_support`
+grades a measured fact (:mod:`neuraldbg.run_facts`) against its threshold of
+:class:`~neuraldbg.thresholds.ThresholdConfig` on a log scale; the script-bug supports read the
+marks a bug in the training script leaves (gradients that pile up, rows that stay copies,
+BatchNorm that does not normalise, a first loss far off the output scale, a module without
+gradient); :class:`CauseWeights` holds how much each piece of evidence weighs, each number
+with its reason.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from neuraldbg.run_facts import RunFacts
+from neuraldbg.thresholds import ThresholdConfig, require_positive_fields
+
+__all__ = ["CauseWeights", "DEFAULT_WEIGHTS", "ScriptBugs", "logistic_support",
+           "running_sum_support", "accumulation_support", "symmetric_support",
+           "batchnorm_off_support", "init_support"]
+
+
+def logistic_support(value: float, threshold: float, above: bool = True,
+                     decades: float = 0.5) -> float:
+    """Support in [0, 1] for "``value`` is beyond ``threshold``", graded on a log scale.
+
+    0.5 at the threshold, 0.9 one ``2 * decades`` beyond it... precisely
+    ``1 / (1 + 3 ** (-d / decades))`` with ``d`` the distance in decades past the threshold
+    (negative before it): 0.75 at ``decades`` past, 0.25 at ``decades`` short.
+
+    Parameters
+    ----------
+    value, threshold : float
+        Positive numbers; NaN or non-positive values give 0.
+    above : bool, default=True
+        Support for ``value > threshold`` (else for ``value < threshold``).
+    decades : float, default=0.5
+    """
+    if not (value > 0 and threshold > 0 and math.isfinite(value)):
+        return 0.0
+    d = math.log10(value / threshold)
+    d = d if above else -d
+    return float(1.0 / (1.0 + 3.0 ** (-d / decades)))
+
+
+@dataclass(frozen=True, slots=True)
+class CauseWeights:
+    """How much each piece of evidence weighs for a cause, with the reason for each number.
+
+    A weight multiplies a support in [0, 1]; a fixed support stands where the trace cannot
+    measure the cause. The thresholds the evidence is compared with are in
+    :class:`~neuraldbg.thresholds.ThresholdConfig`.
+
+    Attributes
+    ----------
+    min_support : float, default=0.05
+        Causes supported less are left out: below it the evidence is the logistic tail of a
+        value far short of its threshold, not a reading.
+    zero_grad : float, default=0.95
+        ``missing_zero_grad`` = this x the running-sum support: the gradient norm's shape is
+        the bug's own mark, but a run whose rate rises every step can mimic it.
+    unscaled_targets : float, default=0.9
+        ``unscaled_targets`` = this x the loss-scale support: a first loss far above the
+        output scale can also be a loss summed instead of averaged.
+    symmetric_init : float, default=0.95
+        ``symmetric_init`` = this x the row-diversity support: identical rows have no other
+        origin than the init (dropout-free nets keep them identical forever).
+    gradient_blocked : float, default=0.9
+        Support of ``gradient_blocked`` when a trainable module never received a gradient:
+        it may also be frozen on purpose in a way the trace does not record.
+    lr_confound_share : float, default=0.5
+        Unnormalised inputs or a too-large init inflate every gradient and so the update
+        ratio: they take up to this share of a high ratio's support for the learning rate
+        (both are then plausible; the rate still counts).
+    lr_from_start : float, default=0.1
+        Factor on a high learning rate's support when the failure was there at the first
+        recorded step, before any update the rate could have made.
+    lr_jump : float, default=0.95
+        Support of ``learning_rate_too_high`` for a learning-rate jump right before a
+        blow-up: the strongest sign there is.
+    lr_jump_later : float, default=0.9
+        The same for dead or saturated units that appeared after the jump (one step
+        removed from the blow-up it causes).
+    explode_inputs : float, default=0.8
+        ``unnormalized_inputs`` = this x the input-scale support on a blow-up: large inputs
+        inflate the first layer's gradient, but alone they rarely diverge.
+    clip_recurrent_base, clip_recurrent_spikes : float, default=0.5, 0.45
+        ``missing_gradient_clipping`` for a recurrent net without clipping that explodes:
+        ``base + spikes x spike support``; recurrent nets explode through time and spikes
+        are the mark, reaching 0.95 for clear spikes.
+    clip_plain : float, default=0.25
+        Fixed support of ``missing_gradient_clipping`` for a non-recurrent net without
+        clipping: always a valid fix, never a measured cause (module docstring).
+    saturating_base, saturating_share : float, default=0.1, 0.85
+        ``saturating_activation`` on vanishing gradients = ``base + share x`` the share of
+        the decay across sigmoid/tanh modules: 0.95 when they do all of it.
+    preact_center : float, default=2.0
+        ``negative_bias_init`` is 0.5 when the output feeding the dead layer has its mean
+        this many std below zero...
+    preact_base : float, default=3.0
+        ... and ``1 / (1 + base ** -(-z - center))``: 0.75 one std further, 0.9 at two.
+    negative_bias_later : float, default=0.5
+        Factor on ``negative_bias_init`` when the units died after the first step (a bias
+        can start out fine and be pushed down by training).
+    dead_init_large : float, default=0.5
+        Factor on ``init_scale_too_large`` for dead units: a large init kills units less
+        directly than it explodes gradients.
+    first_activation_floor, first_activation_gain : float, default=0.5, 0.5
+        ``unnormalized_inputs`` on saturation = input support x ``(floor + gain x`` whether
+        the saturation began at the first activation, which the inputs reach first).
+    saturating_fixed : float, default=0.35
+        Fixed support of ``saturating_activation`` for saturated units (module docstring).
+    mismatch_lr_discount : float, default=0.8
+        A probability output fed to a loss with its own softmax shrinks every gradient:
+        small updates lose this share of their weight as evidence of a low rate.
+    plateau_lr_high : float, default=0.5
+        Factor on ``learning_rate_too_high`` for a stall: too high a rate can also stall
+        (bouncing across a valley), but more often diverges.
+    plateau_init_small : float, default=0.5
+        Factor on ``init_scale_too_small`` for a stall (a small init vanishes first).
+    plateau_clip : float, default=0.8
+        ``missing_gradient_clipping`` for a recurrent net that stalls = this x the spike
+        support: spikes that keep knocking it back.
+    data_problem : float, default=0.75
+        ``data_problem`` = this x support for "weights move as in healthy training" x (1 -
+        every other cause) x (1 - spikes): the absence of other causes is weaker evidence
+        than a measured one.
+    init_decades : float, default=0.25
+        ``decades`` of the init-gain and init-scale supports: a gain 10^0.5 past its bound
+        is already a clear reading (the default schemes differ by 2.4x).
+    grad_sum_decades : float, default=0.1
+        ``decades`` of the running-sum exponent's support: the exponent sits near 1 for a
+        running sum and near 0 for healthy training, so a narrow band tells them apart.
+    accumulation_decades : float, default=0.25
+        ``decades`` of the gradient-accumulation growth's support.
+    symmetric_decades : float, default=0.5
+        ``decades`` of the row-diversity support.
+    diversity_floor : float, default=1e-12
+        Row diversity is floored here before its log is taken (rows exactly equal give 0).
+    batchnorm_decades : float, default=0.25
+        ``decades`` of the BatchNorm-off support.
+    """
+
+    min_support: float = 0.05
+    zero_grad: float = 0.95
+    unscaled_targets: float = 0.9
+    symmetric_init: float = 0.95
+    gradient_blocked: float = 0.9
+    lr_confound_share: float = 0.5
+    lr_from_start: float = 0.1
+    lr_jump: float = 0.95
+    lr_jump_later: float = 0.9
+    explode_inputs: float = 0.8
+    clip_recurrent_base: float = 0.5
+    clip_recurrent_spikes: float = 0.45
+    clip_plain: float = 0.25
+    saturating_base: float = 0.1
+    saturating_share: float = 0.85
+    preact_center: float = 2.0
+    preact_base: float = 3.0
+    negative_bias_later: float = 0.5
+    dead_init_large: float = 0.5
+    first_activation_floor: float = 0.5
+    first_activation_gain: float = 0.5
+    saturating_fixed: float = 0.35
+    mismatch_lr_discount: float = 0.8
+    plateau_lr_high: float = 0.5
+    plateau_init_small: float = 0.5
+    plateau_clip: float = 0.8
+    data_problem: float = 0.75
+    init_decades: float = 0.25
+    grad_sum_decades: float = 0.1
+    accumulation_decades: float = 0.25
+    symmetric_decades: float = 0.5
+    diversity_floor: float = 1e-12
+    batchnorm_decades: float = 0.25
+
+    def __post_init__(self) -> None:
+        """Reject a non-positive or non-numeric coefficient (the message names it)."""
+        require_positive_fields(self)
+
+
+#: The documented defaults (what :func:`neuraldbg.causes.score_causes` uses when given none).
+DEFAULT_WEIGHTS = CauseWeights()
+
+
+def init_support(facts: RunFacts, cfg: ThresholdConfig, w: CauseWeights
+                 ) -> tuple[float, float]:
+    """(support for an init too large, for an init too small)."""
+    if not facts.n_gain_pairs:
+        return 0.0, 0.0
+    if math.isfinite(facts.init_scale):  # scheme known: compare with its own gain
+        return (logistic_support(facts.init_scale, cfg.init_scale_high,
+                                 decades=w.init_decades),
+                logistic_support(facts.init_scale, cfg.init_scale_low, above=False,
+                                 decades=w.init_decades))
+    return (logistic_support(facts.init_gain, cfg.init_gain_high, decades=w.init_decades),
+            logistic_support(facts.init_gain, cfg.init_gain_low, above=False,
+                             decades=w.init_decades))
+
+
+def running_sum_support(facts: RunFacts, cfg: ThresholdConfig,
+                        weights: CauseWeights = DEFAULT_WEIGHTS) -> float:
+    """Support for "the gradients pile up across steps" (a missing ``zero_grad``).
+
+    The global gradient norm grows from the first steps, step after step (at least
+    ``cfg.grad_sum_monotone`` of them), like a power of the step with an exponent of at least
+    ``cfg.grad_sum_exponent``, while the loss does not improve.
+    """
+    exponent, power_fit, rising = facts.grad_growth
+    if facts.loss_improved or not (power_fit >= cfg.grad_sum_fit
+                                   and rising >= cfg.grad_sum_monotone):
+        return 0.0
+    return logistic_support(exponent, cfg.grad_sum_exponent, decades=weights.grad_sum_decades)
+
+
+def accumulation_support(facts: RunFacts, cfg: ThresholdConfig,
+                         weights: CauseWeights = DEFAULT_WEIGHTS) -> float:
+    """Support for "each step's parameter gradient holds the steps before it".
+
+    The ratio of parameter-gradient to output-gradient norm grows
+    ``cfg.grad_accumulation_growth``-fold
+    or more over the run (a running sum grows like the step; a healthy run keeps it within a
+    few-fold, a too-high rate grows both norms together), and the global gradient norm
+    grows from the first steps like a running sum (:func:`running_sum_support`'s shape).
+    Unlike that rule it does not ask the loss to stall: Adam still lowers the loss a little
+    on a summed gradient. The ratio alone also grows when the weights blow up after a
+    learning-rate spike (the layers' inputs grow), which the shape rules out.
+    """
+    exponent, power_fit, rising = facts.grad_growth
+    if not (power_fit >= cfg.grad_sum_fit and rising >= cfg.grad_sum_monotone
+            and exponent >= cfg.grad_sum_exponent):
+        return 0.0  # a running sum also grows step after step from the start
+    return logistic_support(facts.grad_accumulation, cfg.grad_accumulation_growth,
+                            decades=weights.accumulation_decades)
+
+
+def symmetric_support(facts: RunFacts, cfg: ThresholdConfig,
+                      weights: CauseWeights = DEFAULT_WEIGHTS) -> float:
+    """Support for "a layer's units are copies of each other".
+
+    Constant or identical initial weights: weight-row diversity below
+    ``cfg.row_diversity_low`` at enter and
+    still at the latest flush (1.0 for rows exactly equal).
+    """
+    if not facts.symmetric_modules:
+        return 0.0
+    return logistic_support(max(facts.row_diversity, weights.diversity_floor),
+                            cfg.row_diversity_low, above=False,
+                            decades=weights.symmetric_decades)
+
+
+def batchnorm_off_support(facts: RunFacts, cfg: ThresholdConfig,
+                          weights: CauseWeights = DEFAULT_WEIGHTS) -> float:
+    """Support for "the BatchNorm layers do not normalise".
+
+    A model left in ``eval()``, normalising with its initial running statistics: their
+    outputs' std at the first step
+    ``cfg.batchnorm_std_high`` times or more off 1 (train-mode BatchNorm outputs ~1).
+    """
+    std = facts.batchnorm_output_std
+    if not (std > 0 and math.isfinite(std)):
+        return 0.0
+    return logistic_support(max(std, 1.0 / std), cfg.batchnorm_std_high,
+                            decades=weights.batchnorm_decades)
+
+
+@dataclass(frozen=True, slots=True)
+class ScriptBugs:
+    """Support for each bug in the training script, whatever symptom it produced.
+
+    Attributes
+    ----------
+    piled : float
+        Gradients that pile up across steps (a missing ``zero_grad``).
+    targets : float
+        A first loss far above the output scale (unscaled targets).
+    symmetric : float
+        Weight rows that stay copies of each other (a symmetric init).
+    blocked : float
+        1 when a trainable module never received a gradient, else 0.
+    bn_off : float
+        BatchNorm layers that do not normalise (a model left in ``eval()``).
+    """
+
+    piled: float
+    targets: float
+    symmetric: float
+    blocked: float
+    bn_off: float
+
+    @classmethod
+    def measure(cls, facts: RunFacts, cfg: ThresholdConfig, w: CauseWeights) -> ScriptBugs:
+        """Read every bug's support off the facts."""
+        return cls(piled=max(running_sum_support(facts, cfg, w),
+                             accumulation_support(facts, cfg, w)),
+                   targets=logistic_support(facts.loss_scale_ratio, cfg.loss_scale_ratio),
+                   symmetric=symmetric_support(facts, cfg, w),
+                   blocked=1.0 if facts.blocked_modules else 0.0,
+                   bn_off=batchnorm_off_support(facts, cfg, w))
+
+    @property
+    def strongest(self) -> float:
+        """The best-supported bug: the share the generic causes lose."""
+        return max(self.piled, self.targets, self.symmetric, self.blocked, self.bn_off)

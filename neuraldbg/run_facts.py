@@ -1,0 +1,449 @@
+"""Run facts: what the trace and the run's configuration say that bears on each root cause.
+
+Gathered once per trace for the cause scorer (:mod:`neuraldbg.causes`), which compares each
+fact with a threshold of :class:`~neuraldbg.thresholds.ThresholdConfig`:
+
+- learning rate: the update ratio ||dW||/||W|| before the failure and learning-rate jumps in
+  ``trace.steps`` (from :class:`~neuraldbg.events.LossDynamics`), the median learning rate;
+- initialisation: the median gain std(output)/rms(input) of the Linear/Conv layers at the
+  first step. For y = Wx, E[y^2] = fan_in * Var(w) * E[x^2], so the gain measures the init
+  scale against each layer's fan-in without needing the fan-in itself: PyTorch's default
+  (weights U(+-1/sqrt(fan_in))) gives 1/sqrt(3), Kaiming sqrt(2), Xavier/orthogonal ~1 for
+  square layers. When the config names the init scheme the gain is compared with that
+  scheme's (``init_scale`` = measured / expected), else with absolute bounds;
+- depth amplification: rms of the last Linear/Conv output / rms of the first at the first
+  step;
+- inputs: the first layer's input rms, read directly where a shape-only module (Flatten)
+  precedes it, else its output std divided by the gain of the other layers;
+- architecture and config: activation families, normalization layers, recurrent modules,
+  configured gradient clipping, the init scheme's name (``trace.meta["config"]``, never the
+  ground truth, and never the init gain: that is what the trace measures);
+- the marks of script bugs: the growth of the global gradient norm and of the parameter- over
+  output-gradient ratio (gradients never reset), the first loss against the output scale
+  (unscaled targets), weight-row diversity (symmetric init), modules that never received a
+  gradient (a ``.detach()``), the BatchNorm output scale (a model left in ``eval()``).
+
+The step counts these facts are measured over are in :class:`FactWindows`.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple, TypedDict
+
+import numpy as np
+
+from neuraldbg.events import LossDynamics
+from neuraldbg.states import StateTable
+from neuraldbg.thresholds import require_positive_fields
+from neuraldbg.trace import Trace
+
+__all__ = ["SCHEME_GAINS", "FactWindows", "RunFacts", "gather_facts"]
+
+_RECURRENT = ("RNN", "GRU", "LSTM", "RNNCell", "GRUCell", "LSTMCell")
+#: Gain std(Wx)/rms(x) each init scheme gives a layer (square layers for Xavier/orthogonal).
+SCHEME_GAINS: dict[str, float] = {
+    "default": 1.0 / math.sqrt(3.0), "pytorch": 1.0 / math.sqrt(3.0),
+    "kaiming": math.sqrt(2.0), "he": math.sqrt(2.0), "kaiming_normal": math.sqrt(2.0),
+    "kaiming_uniform": math.sqrt(2.0), "xavier": 1.0, "glorot": 1.0, "xavier_normal": 1.0,
+    "xavier_uniform": 1.0, "orthogonal": 1.0, "lecun": 1.0,
+}
+_WEIGHT_TYPES = ("Linear", "Conv1d", "Conv2d", "Conv3d", "Bilinear", "LazyLinear",
+                 "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d")
+#: Values of the config's ``grad_clip`` that mean "no clipping".
+_NO_CLIP = (None, False, "none", "None")
+
+
+@dataclass(frozen=True, slots=True)
+class FactWindows:
+    """Step counts and scales the run facts are measured over, with the reason for each.
+
+    Attributes
+    ----------
+    min_growth_steps : int, default=8
+        Fewest steps over which a growth is measured (the power law of the global gradient
+        norm over finite steps, the late/early parameter- over output-gradient ratio over
+        recorded steps): below it a fit to noise looks as good as a real trend, so the fact
+        is NaN.
+    edge_min_steps : int, default=3
+        The start and the end of a run span at least this many steps, so that a median or a
+        mean over them is not one noisy step (the loss "begins" as the mean of its first
+        this-many steps).
+    edge_share : int, default=10
+        ... and the end spans a tenth (1 / this) of the run when that is longer: long enough
+        to average the noise of a minibatch loss, short enough to be the run's end.
+    flat_log_variance : float, default=1e-12
+        A log gradient norm whose variance over those steps is below this is flat (a
+        constant norm, a tiny model at a fixed point): there is no growth to fit, and the
+        power-law R^2 would divide by ~0.
+    target_variance : float, default=1.0
+        The loss of an untrained model is about ``output rms^2 + target variance`` (mean
+        squared error, or cross-entropy near its ~1 start); standardised targets have
+        variance 1, so ``loss_scale_ratio`` divides the first loss by ``rms^2 + 1``.
+    """
+
+    min_growth_steps: int = 8
+    edge_min_steps: int = 3
+    edge_share: int = 10
+    flat_log_variance: float = 1e-12
+    target_variance: float = 1.0
+
+    def __post_init__(self) -> None:
+        """Reject a non-positive or non-numeric coefficient (the message names it)."""
+        require_positive_fields(self)
+
+
+@dataclass(frozen=True, slots=True)
+class RunFacts:
+    """Cause-relevant facts about a run (see the module docstring).
+
+    Attributes
+    ----------
+    update_ratio : float
+        Median ||dW||/||W|| per step before any failure (NaN without an optimizer).
+    total_update : float
+        Sum of ||dW||/||W|| over the run.
+    lr : float
+        Median learning rate (steps table, else the config).
+    lr_jump_steps : tuple of int
+    init_gain : float
+        Median gain std(out)/rms(in) of the Linear/Conv layers after the first, at the first
+        recorded step (NaN if no layer pair is measured).
+    init_scale : float
+        ``init_gain`` / the gain of the init scheme named in the config (NaN when the config
+        names none or an unknown one).
+    depth_gain : float
+        rms of the last Linear/Conv output / rms of the first, at the first recorded step.
+    n_gain_pairs : int
+    input_rms : float
+        Estimated rms of the network input (NaN when unknown).
+    first_layer : str
+        First parameterised module in forward order.
+    saturating_modules : tuple of str
+        Sigmoid/tanh modules.
+    rectifier_modules : tuple of str
+    has_normalization : bool
+    recurrent : bool
+    grad_clip : float or None
+        From the config.
+    n_weight_layers : int
+    config : dict
+    grad_growth : tuple of float
+        Growth of the global gradient norm over the first ``grad_sum_steps`` finite steps:
+        (exponent of a power law in the step, R^2 of that power law, share of steps where
+        the norm grew). NaNs with fewer than 8 such steps.
+    loss_improved : bool
+        The loss ends (mean of the last tenth, non-finite counting as worse) below where it
+        began (mean of the first three steps).
+    loss_scale_ratio : float
+        First finite loss / (rms of the last module's output at the first recorded step^2
+        + 1): how far the loss starts above the output scale.
+    output_type : str
+        Module type of the last module in forward order (``"Softmax"`` for a softmax
+        output layer).
+    row_diversity : float
+        Weight-row diversity (:mod:`neuraldbg.weight_diversity`) of the most symmetric
+        module: the larger of its values at enter and at the latest flush, the smallest over
+        modules whose rows are not a single output (NaN when not recorded).
+    symmetric_modules : tuple of str
+        Modules whose rows stayed copies of each other (diversity below
+        ``row_diversity_low`` at enter and at the latest flush).
+    blocked_modules : tuple of str
+        Trainable modules the forward pass called that never received a gradient (no
+        output gradient at any recorded step, parameter gradients exactly zero or absent)
+        while other trainable modules did.
+    grad_accumulation : float
+        Growth over the run of parameter-gradient norm / output-gradient norm of the
+        weight layers (median over layers, late steps over the first ones): ~1 when each
+        step's gradient is that step's, growing like the step when they pile up.
+    batchnorm_output_std : float
+        Median std of the BatchNorm outputs at the first recorded step: ~1 when they
+        normalise (train mode), the raw input scale when they run on their initial running
+        statistics (``eval()``). NaN without BatchNorm.
+    """
+
+    update_ratio: float
+    total_update: float
+    lr: float
+    lr_jump_steps: tuple[int, ...]
+    init_gain: float
+    init_scale: float
+    depth_gain: float
+    n_gain_pairs: int
+    input_rms: float
+    first_layer: str
+    saturating_modules: tuple[str, ...]
+    rectifier_modules: tuple[str, ...]
+    has_normalization: bool
+    recurrent: bool
+    grad_clip: float | None
+    n_weight_layers: int
+    config: dict[str, Any] = field(default_factory=dict)
+    grad_growth: tuple[float, float, float] = (math.nan, math.nan, math.nan)
+    loss_improved: bool = True
+    loss_scale_ratio: float = math.nan
+    output_type: str = ""
+    row_diversity: float = math.nan
+    symmetric_modules: tuple[str, ...] = ()
+    blocked_modules: tuple[str, ...] = ()
+    grad_accumulation: float = math.nan
+    batchnorm_output_std: float = math.nan
+
+
+
+
+class _Scales(NamedTuple):
+    """Signal scales at the first recorded step (see :class:`RunFacts`)."""
+
+    init_gain: float = math.nan
+    n_gain_pairs: int = 0
+    input_rms: float = math.nan
+    depth_gain: float = math.nan
+    loss_scale_ratio: float = math.nan
+
+
+def _rms(states: StateTable, row: int) -> np.ndarray:
+    m = states.measures
+    return np.sqrt(m["act_std"][row] ** 2 + m["act_mean"][row] ** 2)
+
+
+def _n_trainable(trace: Trace, states: StateTable) -> np.ndarray:
+    """Trainable parameter count of each module, in the states' module order."""
+    return (trace.modules.set_index("module_name")["n_trainable"]
+            .reindex(states.module_names).fillna(0).to_numpy())
+
+
+def gather_facts(trace: Trace, states: StateTable, dyn: LossDynamics,
+                 windows: FactWindows | None = None) -> RunFacts:
+    """Collect :class:`RunFacts` from a trace, its states and its loss dynamics.
+
+    Parameters
+    ----------
+    trace : Trace
+    states : StateTable
+        Output of :func:`neuraldbg.states.classify_states` for ``trace``.
+    dyn : LossDynamics
+        Output of :func:`neuraldbg.events.loss_dynamics` for ``trace``.
+    windows : FactWindows, optional
+        Step counts the facts are measured over; the documented defaults when omitted.
+
+    Returns
+    -------
+    RunFacts
+    """
+    win = windows or FactWindows()
+    cfg_run = dict(trace.meta.get("config") or {})
+    names, types, fams = states.module_names, states.module_types, states.families
+    trainable = _n_trainable(trace, states) > 0
+    weight = np.array([t in _WEIGHT_TYPES for t in types]) & trainable
+    first_layer = (names[int(np.argmax(trainable))] if trainable.any()
+                   else (names[0] if names else ""))
+    rows = np.flatnonzero(states.measures["observed"].any(axis=1))
+    scales = _first_step_scales(trace, states, weight, rows, win)
+    clip = _grad_clip(cfg_run)
+    return RunFacts(
+        update_ratio=dyn.update_ratio, total_update=dyn.total_update,
+        lr=_learning_rate(trace, cfg_run), lr_jump_steps=dyn.lr_jump_steps,
+        init_scale=_init_scale(cfg_run, scales.init_gain), first_layer=first_layer,
+        saturating_modules=tuple(n for n, f in zip(names, fams, strict=True)
+                                 if f in ("sigmoid", "tanh")),
+        rectifier_modules=tuple(n for n, f in zip(names, fams, strict=True) if f == "relu"),
+        has_normalization=_has_normalization(fams, cfg_run),
+        recurrent=any(t in _RECURRENT for t in types),
+        grad_clip=clip if clip and clip > 0 else None, n_weight_layers=int(weight.sum()),
+        config=cfg_run, grad_growth=_grad_growth(trace, states.config.grad_sum_steps, win),
+        loss_improved=_loss_improved(trace, win), output_type=types[-1] if types else "",
+        **_symmetry(trace, states.config.row_diversity_low),
+        blocked_modules=_blocked(trace, states),
+        grad_accumulation=_grad_accumulation(states, weight, win),
+        batchnorm_output_std=_batchnorm_std(states, rows), **scales._asdict())
+
+
+def _first_step_scales(trace: Trace, states: StateTable, weight: np.ndarray, rows: np.ndarray,
+                       win: FactWindows) -> _Scales:
+    """Init gain, depth gain, input rms and loss scale at the first recorded step."""
+    if not (len(rows) and len(states.module_names)):
+        return _Scales()
+    r = int(rows[0])
+    rms = _rms(states, r)
+    std = states.measures["act_std"][r]
+    ok = states.measures["observed"][r] & np.isfinite(rms) & (rms > 0)
+    idx = np.flatnonzero(weight)
+    # Gain std(out)/rms(in): with random weights E[Wx] = 0, so std(out) carries the
+    # whole input signal while a constant bias (which moves only the mean) is ignored.
+    gains = [std[j] / rms[j - 1] for j in idx[1:] if ok[j] and ok[j - 1]]
+    init_gain = float(np.median(gains)) if gains else float("nan")
+    good = [j for j in idx if ok[j]]
+    depth_gain = float(rms[good[-1]] / rms[good[0]]) if len(good) >= 2 else float("nan")
+    return _Scales(init_gain=init_gain, n_gain_pairs=len(gains),
+                   input_rms=_input_rms(states, idx, ok, rms, std, init_gain),
+                   depth_gain=depth_gain, loss_scale_ratio=_loss_scale_ratio(trace, rms, win))
+
+
+def _input_rms(states: StateTable, idx: np.ndarray, ok: np.ndarray, rms: np.ndarray,
+               std: np.ndarray, init_gain: float) -> float:
+    """Estimated rms of the network input, from the first weight layer ``idx[0]``."""
+    if not len(idx):
+        return float("nan")
+    fams = states.families
+    j0 = int(idx[0])
+    if j0 == 1 and ok[0] and fams[0] == "other":
+        return float(rms[0])  # a Flatten/reshape in front shows the input itself
+    if ok[j0] and "norm" not in fams[:j0]:
+        gain = (init_gain if math.isfinite(init_gain) and init_gain > 0
+                else states.config.default_gain)
+        return float(std[j0] / gain)
+    return float("nan")
+
+
+def _loss_scale_ratio(trace: Trace, rms: np.ndarray, win: FactWindows) -> float:
+    """First finite loss / (rms of the last module's output^2 + target variance)."""
+    loss = trace.steps["loss"].to_numpy(dtype=float)
+    loss = loss[np.isfinite(loss)]
+    if loss.size and np.isfinite(rms[-1]):
+        return float(abs(loss[0]) / (float(rms[-1]) ** 2 + win.target_variance))
+    return float("nan")
+
+
+def _learning_rate(trace: Trace, cfg_run: dict[str, Any]) -> float:
+    """Median learning rate of the steps table, else the config's ``lr`` (NaN if neither)."""
+    lr_col = (trace.steps["lr"].to_numpy(dtype=float, na_value=np.nan)
+              if "lr" in trace.steps.columns else np.array([]))
+    if np.isfinite(lr_col).any():
+        return float(np.nanmedian(lr_col))
+    try:
+        return float(cfg_run.get("lr", "nan"))
+    except (TypeError, ValueError):
+        return float("nan")
+
+
+def _grad_clip(cfg_run: dict[str, Any]) -> float | None:
+    """The configured gradient-clipping norm (``grad_clip`` or ``clip_grad_norm``), or None."""
+    clip = cfg_run.get("grad_clip", cfg_run.get("clip_grad_norm"))
+    try:
+        return float(clip) if clip not in _NO_CLIP else None
+    except (TypeError, ValueError):
+        return None
+
+
+def _init_scale(cfg_run: dict[str, Any], init_gain: float) -> float:
+    """``init_gain`` / the gain of the init scheme the config names (NaN if none or unknown)."""
+    init_cfg = cfg_run.get("init")
+    scheme = str(init_cfg.get("scheme", "") if isinstance(init_cfg, dict) else init_cfg or "")
+    expected = SCHEME_GAINS.get(scheme.lower())
+    return init_gain / expected if expected else float("nan")
+
+
+def _has_normalization(fams: list[str], cfg_run: dict[str, Any]) -> bool:
+    """A normalization layer in the model, or one named by the config."""
+    norm_cfg = str(cfg_run.get("normalization", "")).lower()
+    return any(f == "norm" for f in fams) or norm_cfg in ("batch", "layer")
+
+
+class _Symmetry(TypedDict):
+    row_diversity: float
+    symmetric_modules: tuple[str, ...]
+
+
+def _symmetry(trace: Trace, row_diversity_low: float) -> _Symmetry:
+    """``row_diversity`` and ``symmetric_modules`` from ``trace.meta["weight_diversity"]``."""
+    rec = trace.meta.get("weight_diversity") or {}
+    mods = rec.get("modules") or {}
+    ends = {name: max(v[0], v[-1]) for name, v in mods.items()
+            if v and all(isinstance(x, (int, float)) and math.isfinite(x) for x in v)}
+    if not ends:
+        return {"row_diversity": math.nan, "symmetric_modules": ()}
+    return {"row_diversity": float(min(ends.values())),
+            "symmetric_modules": tuple(n for n, d in ends.items()
+                                       if d < row_diversity_low)}
+
+
+def _blocked(trace: Trace, states: StateTable) -> tuple[str, ...]:
+    """Trainable, called modules that never got a gradient while others did."""
+    m = states.measures
+    n_train = _n_trainable(trace, states)
+    called = np.nan_to_num(m["calls"], nan=0.0).sum(axis=0) > 0
+    out_g = m["out_grad_norm"]
+    par_g = np.nan_to_num(m["param_grad_norm"], nan=0.0)
+    no_out = ~np.isfinite(out_g).any(axis=0)
+    no_par = (par_g == 0).all(axis=0)
+    trainable = called & (n_train > 0)
+    blocked = trainable & no_out & no_par
+    learning = trainable & ~blocked & (par_g > 0).any(axis=0)
+    if not learning.any() or len(states.steps) == 0:
+        return ()
+    return tuple(n for n, b in zip(states.module_names, blocked, strict=True) if b)
+
+
+def _edge(n: int, win: FactWindows) -> int:
+    """Steps in the start or the end of a run of ``n`` steps."""
+    return max(win.edge_min_steps, n // win.edge_share)
+
+
+def _grad_accumulation(states: StateTable, weight: np.ndarray, win: FactWindows) -> float:
+    """Late over early ratio of parameter-gradient to output-gradient norm.
+
+    The median over weight layers; NaN with fewer than ``win.min_growth_steps`` recorded
+    steps.
+    """
+    m = states.measures
+    n = len(states.steps)
+    if n < win.min_growth_steps or not weight.any():
+        return math.nan
+    with np.errstate(all="ignore"):
+        ratio = m["param_grad_norm"][:, weight] / m["out_grad_norm"][:, weight]
+    ratio = np.where(np.isfinite(ratio) & (ratio > 0), ratio, np.nan)
+    k = _edge(n, win)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        growth = np.nanmedian(ratio[-k:], axis=0) / np.nanmedian(ratio[:k], axis=0)
+    growth = growth[np.isfinite(growth)]
+    return float(np.median(growth)) if growth.size else math.nan
+
+
+def _batchnorm_std(states: StateTable, rows: np.ndarray) -> float:
+    """Median std of the BatchNorm outputs at the first recorded step (NaN without)."""
+    cols = [j for j, t in enumerate(states.module_types) if "BatchNorm" in t]
+    if not cols or not len(rows):
+        return math.nan
+    std = states.measures["act_std"][int(rows[0]), cols]
+    std = std[np.isfinite(std) & (std > 0)]
+    return float(np.median(std)) if std.size else math.nan
+
+
+def _grad_growth(trace: Trace, n_steps: int, win: FactWindows) -> tuple[float, float, float]:
+    """Growth of the global gradient norm: (power-law exponent, R^2, share of steps grown).
+
+    Over the first ``n_steps`` steps before any non-finite or zero norm.
+    """
+    g = trace.steps["grad_norm"].to_numpy(dtype=float) if "grad_norm" in trace.steps \
+        else np.zeros(0)
+    ok = np.isfinite(g) & (g > 0)
+    n = min(int(np.argmin(ok)) if not ok.all() else len(g), n_steps)
+    if n < win.min_growth_steps:
+        return (math.nan, math.nan, math.nan)
+    y = np.log(g[:n])
+    if float(y.var()) <= win.flat_log_variance:
+        return (0.0, 0.0, 0.0)
+
+    def fit(x: np.ndarray) -> tuple[float, float]:
+        coef = np.polyfit(x, y, 1)
+        return float(coef[0]), float(1.0 - np.var(y - np.polyval(coef, x)) / np.var(y))
+
+    exponent, power_fit = fit(np.log(np.arange(n, dtype=float) + 1.0))
+    return (exponent, power_fit, float(np.mean(np.diff(g[:n]) > 0)))
+
+
+def _loss_improved(trace: Trace, win: FactWindows) -> bool:
+    """The loss ends below where it began (a non-finite end is no improvement)."""
+    loss = trace.steps["loss"].to_numpy(dtype=float)
+    k = win.edge_min_steps
+    if len(loss) <= k or not np.isfinite(loss[:k]).any():
+        return True
+    start = float(np.nanmean(np.where(np.isfinite(loss[:k]), loss[:k], np.nan)))
+    tail = loss[-_edge(len(loss), win):]
+    if not np.isfinite(tail).all():
+        return False
+    return float(tail.mean()) < start

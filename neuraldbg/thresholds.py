@@ -1,0 +1,265 @@
+"""Every threshold of the heuristic Post-Mortem Reasoner, each with the reason for its value.
+
+One record read by every stage (states, events, compression, symptoms, causes,
+hypotheses): absolute thresholds as published (a gradient below ``1e-6``), relative ones (a
+module against its own early baseline, against the largest gradient of the network at the
+same step, against the module that feeds it), and the enter/exit pairs of the hysteresis.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+__all__ = ["ThresholdConfig", "require_positive_fields"]
+
+
+def require_positive_fields(record: Any) -> None:
+    """Raise if a field of a dataclass of coefficients is not a positive number.
+
+    Parameters
+    ----------
+    record : dataclass instance
+        A record of numbers (:class:`ThresholdConfig` and the coefficient records of the
+        other stages).
+
+    Raises
+    ------
+    ValueError
+        Naming the record, the field and the value.
+    """
+    for name in record.__dataclass_fields__:
+        value = getattr(record, name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            raise ValueError(
+                f"{type(record).__name__}.{name} must be a positive number, got {value!r}."
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class ThresholdConfig:
+    """Every threshold of the heuristic reasoner, with the reason for its value.
+
+    Ratios of gradient norms are taken at the same step, so they do not move when the loss
+    (and with it every gradient) shrinks during healthy training.
+
+    Attributes
+    ----------
+    abs_vanish : float, default=1e-6
+        A module's output-gradient norm below this is vanishing (the published absolute rule).
+    abs_vanish_guard : float, default=1e-2
+        ... but only when it is also 100x below the network's largest gradient at that
+        step: a converged run has every gradient tiny at once, which is not vanishing, and
+        hidden layers of a healthy net commonly sit 10x under the top.
+    rel_vanish : float, default=1e-3
+        Gradient norm / largest gradient norm of the network at the same step below this is
+        vanishing. AutoTrainer's first/last-layer ratio rule uses 1e-3.
+    rel_vanish_exit : float, default=3e-3
+        Hysteresis: a vanishing module recovers only above this ratio.
+    explode_growth : float, default=100.0
+        Gradient norm above this multiple of the module's own early baseline is exploding:
+        the contract's "grow by orders of magnitude" (two).
+    explode_growth_exit : float, default=10.0
+        Hysteresis: an exploding module recovers only below this multiple.
+    explode_depth : float, default=100.0
+        A module gradient this many times the output module's gradient at the same step is
+        exploding through depth (AutoTrainer flags a first/last ratio above 70).
+    grad_spike : float, default=10.0
+        A global gradient norm above this multiple of its run median is a spike: sporadic
+        explosions (a recurrent net without clipping) that never grow 100x over the start.
+        Healthy runs peak at ~2-5x their median.
+    baseline_steps : int, default=5
+        A gradient's early baseline is the smallest of its first this-many recorded values
+        (the smallest, since a run that explodes from step 2 would lift a median); an
+        activation's is their median.
+    baseline_floor : float, default=1e-3
+        A module's gradient baseline is at least this share of the network's largest early
+        gradient, so a layer that starts at exactly zero (a zero-initialised head) does not
+        count as exploding when it wakes up.
+    dead_frac : float, default=0.6
+        Share of units exactly zero for the whole batch above which a layer is dead.
+        DeepDiagnosis flags 70% of activations <= 0; whole-batch-dead units are a stricter
+        measure, so a lower share is as telling. A layer fed by a fully dead layer measures
+        about 0.5 (half its biases negative), which stays below.
+    dead_frac_exit : float, default=0.4
+        Hysteresis: a dead layer recovers only below this share.
+    sat_frac : float, default=0.5
+        Share of outputs in the flat region of a saturating activation (sigmoid, tanh,
+        softmax, GELU/SiLU tail) above which the layer is saturated (DeepDiagnosis: > 50%).
+    sat_frac_exit : float, default=0.3
+        Hysteresis: a saturated layer recovers only below this share.
+    sat_grad_drop : float, default=0.1
+        A saturated activation whose input-gradient / output-gradient ratio is below this
+        blocks the gradient (GradientHealth.SATURATED); a healthy tanh passes ~0.5-1.
+    sat_grad_drop_exit : float, default=0.2
+        Hysteresis: the gradient through a saturated layer counts as unblocked above this.
+    act_overflow : float, default=1e6
+        Largest |activation| above which an output is anomalous even when finite (float16
+        overflows at 65504; float32 runs stay far below in healthy training).
+    act_growth : float, default=1e3
+        Activation std above this multiple of the module's early baseline is anomalous.
+    loss_spike_factor : float, default=3.0
+        A finite loss above this multiple of the median of the previous ``loss_window``
+        losses is a spike (the capture's own spike rule).
+    loss_window : int, default=10
+        Trailing window of the spike rule.
+    loss_blowup : float, default=10.0
+        A loss above this multiple of its early baseline has blown up (diverged while finite).
+    plateau_improvement : float, default=0.1
+        A run whose loss improved by less than this share between its first and last
+        windows has stalled.
+    plateau_window : float, default=0.1
+        Share of the run (at least 5 steps) averaged for the first and last loss windows.
+    plateau_min_steps : int, default=20
+        Shorter runs are never judged stalled (too little evidence).
+    lr_jump : float, default=3.0
+        A learning rate this many times the previous step's is a jump (a spike or a missing
+        warm-up), the signature of a divergence without a gradient lead.
+    lr_jump_window : int, default=5
+        A jump up to this many steps before a blow-up is taken as its trigger.
+    update_ratio_high : float, default=1e-2
+        ||dW||/||W|| per step above this is a large learning rate: ~1e-3 is the usual healthy
+        value (Karpathy's rule of thumb); 10x more moves weights ~1% a step.
+    update_ratio_low : float, default=1e-4
+        ... and below this (10x under the healthy value) the weights barely move. Adam's
+        update is ~lr per weight, so a too-low Adam learning rate shows here too.
+    total_update_low : float, default=0.1
+        Weights that moved less than this share of their norm over the whole run (the sum
+        of the per-step update ratios) barely trained: a learning rate too low for the run.
+    init_scale_high : float, default=2.0
+        When the config names the init scheme: a measured gain above this multiple of the
+        scheme's own gain is an init too large (a deep ReLU stack at 2x Kaiming grows its
+        signal 2x per layer).
+    init_scale_low : float, default=0.25
+        ... and below this fraction of it, an init too small.
+    depth_gain_high : float, default=10.0
+        A signal growing (or shrinking, at 1/10) this much from the first to the last
+        Linear/Conv layer at the first step, with every layer's own gain sound, means the
+        network lacks normalization.
+    init_gain_high : float, default=3.0
+        Without a known scheme: median init gain std(out)/rms(in) of Linear/Conv layers
+        above this is an init too large. PyTorch's default gives 1/sqrt(3) ~ 0.58,
+        Kaiming-ReLU ~1.41 (the largest standard init); 3 is 5x the default.
+    init_gain_low : float, default=0.12
+        ... below this (a fifth of the default) an init too small.
+    grad_sum_exponent : float, default=0.8
+        Gradients never reset (a missing ``zero_grad``) pile up: the step-t gradient is the
+        sum of t gradients, so its norm grows like t (like t^1.5-2 under momentum) while the
+        loss does not improve. A global gradient norm whose log-log growth over the first
+        steps has at least this exponent, on a run whose loss ends no lower than it began, is
+        that running sum. Healthy runs rise at most ~0.6 there while their loss falls.
+    grad_sum_fit : float, default=0.8
+        ... and the power law must fit that growth (R^2 of log norm against log step) at
+        least this well ...
+    grad_sum_monotone : float, default=0.9
+        ... and the norm must grow at this share of those steps at least: a sum of
+        same-signed gradients rises step after step, where the noisy start of a blow-up by a
+        too-high rate (the zoo's, R^2 ~0.4) and healthy training go up and down.
+    grad_sum_steps : int, default=30
+        Steps (before any non-finite norm) that growth is measured over.
+    loss_scale_ratio : float, default=1e3
+        First loss / (rms of the model's output at the first step^2 + 1) above this: the
+        targets sit three orders of magnitude off the outputs (a regression target left in
+        dollars). A squared-error loss starts near E[y^2] when the outputs are small, so the
+        ratio reads the target scale; cross-entropy starts near log(classes), under 10.
+    row_diversity_low : float, default=1e-3
+        A weight matrix whose rows differ by less than this (mean std across rows over the
+        matrix's rms; :mod:`neuraldbg.weight_diversity`) at enter and still at the latest
+        flush has units that are copies of each other: a constant or identical init. A random
+        init measures ~1 and rows filled with one constant exactly 0 (a float32 spread of
+        identical values stays ~1e-7); 1e-3 leaves room for both. A zero-initialised head is
+        symmetric at enter but not after training, so it never counts.
+    grad_accumulation_growth : float, default=10.0
+        Parameter-gradient norm / output-gradient norm of a layer growing this much from the
+        first tenth of the run to the last one: the parameter gradient holds the steps before
+        (gradients never reset). Without accumulation the ratio follows the layer's input
+        scale, which moves a few-fold in training (measured 1-3x on the zoo's healthy runs);
+        a running sum over 100 steps grows it ~100x.
+    batchnorm_std_high : float, default=5.0
+        BatchNorm outputs with a std this many times away from 1 at the first step do not
+        normalise (train-mode BatchNorm gives ~1 per channel at init): the layers run on their
+        initial running statistics, a model left in ``eval()``.
+    data_update_ratio : float, default=1e-3
+        A stalled run whose weights still move by this share of their norm per step (the
+        healthy ~1e-3, Karpathy's rule of thumb) stalls for want of signal in the data, not
+        for a small learning rate (labels unrelated to the inputs, when no other cause has
+        evidence).
+    cause_tie_margin : float, default=0.05
+        Two causes of one symptom whose supports differ by less than this are not told
+        apart by the evidence: neither is named with confidence >= 0.5 (``unsure_cap``) and
+        the symptom is carried by ``unknown``, with the tie in the metadata.
+    unsure_cap : float, default=0.45
+        Confidence cap of a specific cause the evidence does not single out (a tie, or
+        ``unknown`` better supported): below the contract's 0.5, where a claim is one a
+        user acts on.
+    default_gain : float, default=0.577
+        Gain assumed for the first layer when no other layer measures one (PyTorch default
+        init: weights U(+-1/sqrt(fan_in)) give rms(out)/rms(in) = 1/sqrt(3)).
+    input_scale_high : float, default=5.0
+        Estimated rms of the first layer's input above this is an unnormalised input:
+        standardised data has rms ~1; 5x is far beyond it (raw pixels reach 100+).
+    window : int, default=5
+        Steps within which events in different layers are coupled.
+    """
+
+    abs_vanish: float = 1e-6
+    abs_vanish_guard: float = 1e-2
+    rel_vanish: float = 1e-3
+    rel_vanish_exit: float = 3e-3
+    explode_growth: float = 100.0
+    explode_growth_exit: float = 10.0
+    explode_depth: float = 100.0
+    grad_spike: float = 10.0
+    baseline_steps: int = 5
+    baseline_floor: float = 1e-3
+    dead_frac: float = 0.6
+    dead_frac_exit: float = 0.4
+    sat_frac: float = 0.5
+    sat_frac_exit: float = 0.3
+    sat_grad_drop: float = 0.1
+    sat_grad_drop_exit: float = 0.2
+    act_overflow: float = 1e6
+    act_growth: float = 1e3
+    loss_spike_factor: float = 3.0
+    loss_window: int = 10
+    loss_blowup: float = 10.0
+    plateau_improvement: float = 0.1
+    plateau_window: float = 0.1
+    plateau_min_steps: int = 20
+    lr_jump: float = 3.0
+    lr_jump_window: int = 5
+    update_ratio_high: float = 1e-2
+    update_ratio_low: float = 1e-4
+    total_update_low: float = 0.1
+    init_scale_high: float = 2.0
+    init_scale_low: float = 0.25
+    depth_gain_high: float = 10.0
+    init_gain_high: float = 3.0
+    init_gain_low: float = 0.12
+    default_gain: float = 0.577
+    input_scale_high: float = 5.0
+    grad_sum_exponent: float = 0.8
+    grad_sum_fit: float = 0.8
+    grad_sum_monotone: float = 0.9
+    grad_sum_steps: int = 30
+    loss_scale_ratio: float = 1e3
+    row_diversity_low: float = 1e-3
+    grad_accumulation_growth: float = 10.0
+    batchnorm_std_high: float = 5.0
+    data_update_ratio: float = 1e-3
+    cause_tie_margin: float = 0.05
+    unsure_cap: float = 0.45
+    window: int = 5
+
+    def __post_init__(self) -> None:
+        """Reject a non-positive or non-numeric threshold (the message names it)."""
+        require_positive_fields(self)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-dict form."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ThresholdConfig:
+        """Inverse of :meth:`to_dict`."""
+        return cls(**data)
