@@ -63,6 +63,10 @@ __all__ = ["FIX_BY_CAUSE", "FIX_BY_FAILURE", "FITTED_METHODS", "suggest_fix",
            "runnable_methods", "score_method_on_run", "BenchmarkResult", "run_benchmark",
            "load_result", "compute_metrics", "method_label"]
 
+#: Seed of the knob draws of the randomised ablation's corpus (``python -m
+#: benchmarks.knob_effects``'s default, so the two share their runs).
+RANDOMISED_SEED = 0
+
 #: Methods fitted per held-out fold (never scored on what they were fitted on).
 FITTED_METHODS: tuple[str, ...] = ("probabilistic",)
 
@@ -188,8 +192,10 @@ def task_folds(folds: list[dict[str, Any]], latency: bool) -> dict[str, Any]:
     Per fold, the model is fitted once on its training runs, scored on the fold's held-out
     runs and asked their counterfactual cases with ``what_if``.
 
-    Each fold is ``{split, fold, fit_paths, score_paths, cases}``. The folds of one task share
-    loaded traces, so the model's per-trace evidence is computed once, not once per fold.
+    Each fold is ``{split, fold, fit_params, fit_paths, score_paths, cases}`` and optionally
+    ``corpus`` ("randomised": its fit runs are labelled by
+    :func:`benchmarks.knob_effects.label_randomised_run`). The folds of one task share loaded
+    traces, so the model's per-trace evidence is computed once, not once per fold.
     """
     from benchmarks.fit_default import prepare_fit_traces
 
@@ -201,13 +207,19 @@ def task_folds(folds: list[dict[str, Any]], latency: bool) -> dict[str, Any]:
             cache[path] = load(path)
         return cache[path]
 
-    def get_fit(path: str) -> Trace | None:
+    def get_fit(path: str, corpus: str) -> Trace | None:
         """The trace prepared as the shipped model's fit prepares it (family labels).
 
-        None for a run whose outcome the zoo does not declare or show; once per run.
+        None for a run whose outcome the zoo does not declare or show; once per run. A run
+        of the randomised corpus is labelled first (:func:`label_randomised_run`).
         """
         if path not in prepared:
-            kept = prepare_fit_traces([get(path)], manifest_only=True)
+            trace = get(path)
+            if corpus == "randomised":
+                from benchmarks.knob_effects import label_randomised_run
+
+                trace = label_randomised_run(trace)
+            kept = prepare_fit_traces([trace], manifest_only=True)
             prepared[path] = kept[0] if kept else None
         return prepared[path]
 
@@ -215,7 +227,7 @@ def task_folds(folds: list[dict[str, Any]], latency: bool) -> dict[str, Any]:
 
 
 def _one_fold(f: dict[str, Any], get: Callable[[str], Trace],
-              get_fit: Callable[[str], Trace | None], latency: bool) -> dict[str, Any]:
+              get_fit: Callable[[str, str], Trace | None], latency: bool) -> dict[str, Any]:
     from causal_models import ProbabilisticReasoner
 
     split, fold = f["split"], f["fold"]
@@ -224,7 +236,8 @@ def _one_fold(f: dict[str, Any], get: Callable[[str], Trace],
                            "fit_runs": _json(f["fit_paths"])}
     try:
         t0 = time.perf_counter()
-        train = [t for t in map(get_fit, f["fit_paths"]) if t is not None]
+        corpus = f.get("corpus", "zoo")
+        train = [t for t in (get_fit(p, corpus) for p in f["fit_paths"]) if t is not None]
         model = ProbabilisticReasoner(**f.get("fit_params", {})).fit(train)
         out["fit_s"] = time.perf_counter() - t0
     except Exception as exc:
@@ -396,7 +409,8 @@ def _zoo_specs(suite: Suite, fams: list[FamilySpec], fitted: bool
     """Every zoo run of the suite with its role ("score" or "fit").
 
     Score runs, then (for fitted methods) the fit runs at every severity and, for the zoo
-    corpus, the declared knob changes.
+    corpus, the declared knob changes; last, the randomised-knob runs of the "randomised"
+    ablation (role "randomised").
     """
     specs: list[tuple[RunSpec, str]] = []
     for f in fams:
@@ -413,6 +427,11 @@ def _zoo_specs(suite: Suite, fams: list[FamilySpec], fitted: bool
             if suite.fit_corpus == "zoo":  # the declared knob changes, as fit_default does
                 for item in f.expected_outcomes():
                     specs.append((RunSpec(f.name, None, seed, dict(item["knobs"])), "fit"))
+    if fitted and "family" in suite.splits and suite.randomised_runs:
+        from benchmarks.knob_effects import corpus_specs  # the randomised ablation's corpus
+
+        specs += [(spec, "randomised") for spec, _ in
+                  corpus_specs(suite.randomised_runs, RANDOMISED_SEED)]
     return specs
 
 
@@ -498,6 +517,32 @@ def _plan_folds(suite: Suite, fitted: list[str], zoo: _ZooRuns,
                                   "fit_paths": fit[fit[col] != value]["path"].tolist(),
                                   "score_paths": te,
                                   "cases": {p: cf.cases.get(p, []) for p in te}})
+    return folds
+
+
+def _plan_randomised_folds(suite: Suite, zoo: _ZooRuns, cf: _CounterfactualPlan
+                           ) -> list[dict[str, Any]]:
+    """The folds of the "randomised" ablation: fitted on the randomised-knob corpus.
+
+    Leave-one-family-out as the other rows, except that held-out families whose fit sets are
+    the same (every family but the corpus's three recipes: no randomised run comes from
+    them) share one fit instead of repeating it.
+    """
+    if not suite.randomised_runs or "family" not in suite.splits:
+        return []
+    runs, score = zoo.runs, zoo.score
+    corpus = runs[(runs["role"] == "randomised") & runs["finished"]]
+    held_out: dict[tuple[str, ...], list[str]] = {}  # fit paths -> the families they score
+    for family in sorted(score["family"].dropna().unique()):
+        held_out.setdefault(tuple(corpus[corpus["family"] != family]["path"]), []).append(family)
+    folds = []
+    for fit_paths, families in held_out.items():
+        te = score[score["family"].isin(families)]["path"].tolist()
+        folds.append({"split": "family/randomised", "corpus": "randomised",
+                      "fold": families[0] if len(families) == 1 else
+                      f"{len(families)} families outside the corpus",
+                      "fit_params": dict(suite.fit_params), "fit_paths": list(fit_paths),
+                      "score_paths": te, "cases": {p: cf.cases.get(p, []) for p in te}})
     return folds
 
 
@@ -671,6 +716,8 @@ def run_benchmark(suite: Suite, out: str | Path, *, executor: Executor | None = 
     zoo = _make_zoo_runs(ctx, fams, bool(fitted))
     cf = _plan_counterfactuals(ctx, zoo)
     folds = _plan_folds(suite, fitted, zoo, cf)
+    if fitted:
+        folds += _plan_randomised_folds(suite, zoo, cf)
     diag = _gather_diagnoses(ctx.executor.map(
         _diagnosis_tasks(ctx, folds, unfitted, zoo, cf),
         description="diagnosis + counterfactual re-runs", root=ctx.run_dir))

@@ -262,6 +262,8 @@ def _slice_bounds(n_steps: int, onset: int | None, nonfinite: int | None, n_slic
     comes later (the lead of an explosion), else for 5% of the run.
     """
     end = first + n_steps
+    if n_slices == 1:  # the whole run (run level only)
+        return [first, end]
     if onset is None:
         return [int(round(first + i * n_steps / n_slices)) for i in range(n_slices + 1)]
     o = max(first, min(onset, end - 1))
@@ -354,7 +356,7 @@ def _loss_states(steps: pd.DataFrame, bounds: list[int], onset: int | None,
 
 
 def discretize(trace: Trace, *, n_slices: int = 4, n_blocks: int = 3,
-               bins: Bins | None = None) -> Discretized:
+               bins: Bins | None = None, slices: bool = True) -> Discretized:
     """Turn a trace into the discrete evidence of the time-sliced network.
 
     Parameters
@@ -367,6 +369,9 @@ def discretize(trace: Trace, *, n_slices: int = 4, n_blocks: int = 3,
         Layer blocks (>= 1).
     bins : Bins, optional
         Thresholds; defaults to :class:`Bins`.
+    slices : bool, default=True
+        False: one slice over the whole run (run level only; ``n_slices`` is still
+        validated but not used), the ablation without the time slices.
 
     Returns
     -------
@@ -380,6 +385,7 @@ def discretize(trace: Trace, *, n_slices: int = 4, n_blocks: int = 3,
     bins = bins or Bins()
     if n_slices < 2 or n_blocks < 1:
         raise ValueError(f"n_slices must be >= 2 and n_blocks >= 1, got {n_slices}, {n_blocks}.")
+    n_slices = n_slices if slices else 1
     steps = trace.steps
     if len(steps) == 0:
         raise ValueError("The trace has no steps; record at least one training step.")

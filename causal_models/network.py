@@ -149,6 +149,9 @@ class ProbabilisticReasoner:
         Prior probability that the rules name the truth (before fitting).
     bins : Bins, optional
         Discretization thresholds.
+    slices : bool, default=True
+        False: one time slice over the whole run instead of ``n_slices`` (run level only:
+        the benchmark's ablation without the time slices).
 
     Attributes
     ----------
@@ -186,7 +189,7 @@ class ProbabilisticReasoner:
                  calibration: Literal["temperature", "isotonic", "none"] = "temperature",
                  calibration_cv: int | None = 8, min_confidence: float = 0.02,
                  rule_evidence: bool = True, rule_trust: float = 0.9,
-                 bins: Bins | None = None) -> None:
+                 bins: Bins | None = None, slices: bool = True) -> None:
         self.n_slices = n_slices
         self.n_blocks = n_blocks
         self.prior_strength = prior_strength
@@ -199,6 +202,7 @@ class ProbabilisticReasoner:
         self.rule_evidence = rule_evidence
         self.rule_trust = rule_trust
         self.bins = bins
+        self.slices = slices
 
     # ----------------------------------------------------------------- params
     def get_params(self, deep: bool = True) -> dict[str, Any]:
@@ -206,7 +210,7 @@ class ProbabilisticReasoner:
         return {k: getattr(self, k) for k in (
             "n_slices", "n_blocks", "prior_strength", "persistence", "coupling", "balance",
             "calibration", "calibration_cv", "min_confidence", "rule_evidence", "rule_trust",
-            "bins")}
+            "bins", "slices")}
 
     def set_params(self, **params: Any) -> ProbabilisticReasoner:
         """Set hyperparameters; unknown names raise ValueError listing the valid ones."""
@@ -233,9 +237,14 @@ class ProbabilisticReasoner:
             raise ValueError("calibration must be one of ['temperature', 'isotonic', 'none'], "
                              f"got {self.calibration!r}.")
 
+    @property
+    def n_time_slices(self) -> int:
+        """Slices the network is unrolled over: ``n_slices``, or 1 with ``slices=False``."""
+        return self.n_slices if self.slices else 1
+
     # -------------------------------------------------------------------- fit
     def _discretize(self, trace: Trace) -> Discretized:
-        settings = (len(trace.steps), len(trace.stats), self.n_slices, self.n_blocks,
+        settings = (len(trace.steps), len(trace.stats), self.n_time_slices, self.n_blocks,
                     repr(self.bins), self.rule_evidence, self._cause_states())
         key = (id(trace), settings)
         cached = _EVIDENCE_CACHE.get(key)
@@ -248,7 +257,8 @@ class ProbabilisticReasoner:
         return disc
 
     def _discretize_uncached(self, trace: Trace) -> Discretized:
-        disc = discretize(trace, n_slices=self.n_slices, n_blocks=self.n_blocks, bins=self.bins)
+        disc = discretize(trace, n_slices=self.n_slices, n_blocks=self.n_blocks, bins=self.bins,
+                          slices=self.slices)
         disc.states.update(observe_knobs(trace, self.bins))
         diagnosis = diagnose(trace)  # the heuristic reasoner: its verdict and run facts
         for hyp in diagnosis.hypotheses:  # module-resolution onsets, read as a sensor
@@ -306,7 +316,7 @@ class ProbabilisticReasoner:
             placed.append({**rows[-1], **{f"feature:{k}": v for k, v in disc.features.items()}})
             families.append(str(gt.get("family", f"run{i}")))
             plain.append(_is_plain(gt))
-        self.structure_ = build_structure(n_slices=self.n_slices, n_blocks=self.n_blocks,
+        self.structure_ = build_structure(n_slices=self.n_time_slices, n_blocks=self.n_blocks,
                                           prior_strength=self.prior_strength,
                                           persistence=self.persistence, coupling=self.coupling,
                                           rule_evidence=self.rule_evidence,

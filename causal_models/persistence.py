@@ -82,7 +82,8 @@ def model_from_dict(cls: type[ProbabilisticReasoner], data: dict[str, Any]
     states = {n: tuple(v) for n, v in data["states"].items()}
     parents = {n: tuple(v) for n, v in data["parents"].items()}
     reasoner.structure_ = Structure(states=states, parents=parents, roles=dict(data["roles"]),
-                                prior={}, n_slices=reasoner.n_slices, n_blocks=reasoner.n_blocks)
+                                prior={}, n_slices=reasoner.n_time_slices,
+                                n_blocks=reasoner.n_blocks)
     model = models.DiscreteBayesianNetwork()
     model.add_nodes_from(states)
     model.add_edges_from(reasoner.structure_.edges)

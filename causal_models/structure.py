@@ -427,7 +427,8 @@ def build_structure(*, n_slices: int = 4, n_blocks: int = 3, prior_strength: flo
     # Slice nodes.
     kinds = {"loss": LOSS_STATES, "grad": GRAD_STATES, "act": ACT_STATES}
     for t in range(n_slices):
-        when = "early" if t < max(1, n_slices - 2) else "late"
+        # one slice (run level only) holds the whole run, its failure included: "late"
+        when = "early" if t < max(1, n_slices - 2) and t < n_slices - 1 else "late"
         for kind, sts in kinds.items():
             for b in ([None] if kind == "loss" else range(n_blocks)):
                 node = slice_node(kind, t, b)
@@ -466,14 +467,16 @@ def build_structure(*, n_slices: int = 4, n_blocks: int = 3, prior_strength: flo
     # divergence (CONTRACT.md, vocabularies)
     ft_parents = [slice_node("loss", last)] + [slice_node(k, last, b) for k in ("grad", "act")
                                                for b in range(n_blocks)]
-    lead = slice_node("grad", last - 1, n_blocks - 1)
-    ft_parents.append(lead)
+    lead = slice_node("grad", last - 1, n_blocks - 1) if n_slices > 1 else None
+    if lead is not None:
+        ft_parents.append(lead)
     states["failure_type"], roles["failure_type"] = ft_states, "failure_type"
     parents["failure_type"] = tuple(sorted(ft_parents))
     where_of: dict[str, tuple[str, ...]] = {n: ("late",) if n.startswith("loss") else (
         "late", "output" if n.endswith(f"[{n_blocks - 1}]@{last}") else "input")
         for n in ft_parents}
-    where_of[lead] = ("early" if last - 1 < max(1, n_slices - 2) else "late", "output")
+    if lead is not None:
+        where_of[lead] = ("early" if last - 1 < max(1, n_slices - 2) else "late", "output")
 
     def ft_row(**kw: str) -> np.ndarray:
         return _failure_row(kw, where_of, states, by_mode, ft_states)

@@ -245,7 +245,8 @@ def _findings(metrics: dict[str, Any]) -> list[str]:
 ABLATION_NAMES = {"no-rule-sensor": "without the heuristic's verdict as a sensor",
                   "run-level": "without the time slices (run level only)",
                   "priors-only": "its rule priors alone, no fitting",
-                  "observational": "fitted on observational rather than randomised data"}
+                  "randomised": "fitted on the randomised-knob corpus instead of the zoo's "
+                                "observational runs"}
 
 
 def _ablations(metrics: dict[str, Any]) -> dict[str, str]:
@@ -254,15 +255,59 @@ def _ablations(metrics: dict[str, Any]) -> dict[str, str]:
             if m.startswith("probabilistic[family/")}
 
 
+#: What an ablation run must share with the main run for its rows to join the main tables.
+SAME_RUNS_SUITE: tuple[str, ...] = ("families", "n_failure", "n_healthy", "severities",
+                                    "score_seeds", "fit_seeds", "fit_corpus", "fit_params",
+                                    "every", "n_resamples")
+SAME_RUNS_NOTES: tuple[str, ...] = ("zoo_fingerprint", "families", "n_score_runs")
+
+
+def with_ablation_rows(metrics: dict[str, Any], ablation: Path) -> dict[str, Any]:
+    """``metrics`` with the ablation rows of the run in ``ablation`` added, if it fits.
+
+    ``python -m benchmarks --suite ablation`` scores the default suite's runs with the same
+    folds and seeds plus the ablation rows (kept out of ``make bench`` for its time). Its
+    ``probabilistic[family/<name>]`` rows (methods and counterfactual validity) join the
+    main tables when both runs scored the same runs: same zoo fingerprint, families, seeds
+    and fitting settings. Otherwise ``metrics`` is returned unchanged, with the reason in
+    ``metrics["ablation_source"]``.
+    """
+    path = ablation / "metrics.json"
+    if not path.is_file() or _ablations(metrics):
+        return metrics
+    other = json.loads(path.read_text())
+    differ = [f"suite.{k}" for k in SAME_RUNS_SUITE
+              if metrics["suite"].get(k) != other["suite"].get(k)]
+    differ += [f"notes.{k}" for k in SAME_RUNS_NOTES
+               if metrics["notes"].get(k) != other["notes"].get(k)]
+    if differ:
+        return {**metrics, "ablation_source": {"path": str(path), "differs": differ}}
+    rows = {k: v for k, v in other["methods"].items() if k.startswith("probabilistic[family/")}
+    cfv = {k: v for k, v in other.get("counterfactual_validity", {}).items()
+           if k.startswith("probabilistic[family/")}
+    return {**metrics, "methods": {**metrics["methods"], **rows},
+            "counterfactual_validity": {**metrics.get("counterfactual_validity", {}), **cfv},
+            "ablation_source": {"path": str(path), "differs": []}}
+
+
 def _ablation_threat(metrics: dict[str, Any]) -> str:
     rows = _ablations(metrics)
+    source = metrics.get("ablation_source")
+    if not rows and source:
+        return (f"The ablation run in `{Path(source['path']).parent.name}` scored other runs "
+                f"than this one ({', '.join(source['differs'])} differ), so its rows are left "
+                "out and this report does not separate what each part of the probabilistic "
+                "model adds; re-run `python -m benchmarks --suite ablation` at this commit.")
     if not rows:
         return ("This run has no ablation rows (`python -m benchmarks --suite ablation` adds "
                 "them), so it does not separate what each part of the probabilistic model "
                 "adds.")
     missing = [d for k, d in ABLATION_NAMES.items() if k not in rows.values()]
+    via = (" (from `python -m benchmarks --suite ablation`, the same runs and seeds)"
+           if metrics.get("ablation_source") else "")
     return ("The ablation rows score the same leave-one-family-out folds with one part of the "
-            "probabilistic model removed (section 4)"
+            f"probabilistic model removed or, for the randomised row, fitted on other data{via} "
+            "(section 4)"
             + (f"; not in this run: {'; '.join(missing)}." if missing else "."))
 
 
@@ -575,7 +620,7 @@ def build(results: Path, out: Path, knob_effects: Path | None = None) -> Path:
     if not mpath.is_file():
         raise FileNotFoundError(f"{mpath} not found: run `make bench` (python -m benchmarks "
                                 f"--suite default) first, or pass --results DIR.")
-    metrics = json.loads(mpath.read_text())
+    metrics = with_ablation_rows(json.loads(mpath.read_text()), results.parent / "ablation")
     fig_dir = out / "figures"
     if fig_dir.exists():
         shutil.rmtree(fig_dir)
