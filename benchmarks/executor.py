@@ -32,7 +32,7 @@ from typing import Any, Literal
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-__all__ = ["Executor", "LocalExecutor", "RayExecutor", "make_executor", "BACKENDS"]
+__all__ = ["Executor", "LocalExecutor", "RayExecutor", "Task", "make_executor", "BACKENDS"]
 
 Task = tuple[Callable[..., Any], dict[str, Any]]
 

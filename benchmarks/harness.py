@@ -24,15 +24,16 @@ import math
 import time
 import traceback
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
 from benchmarks import metrics as M
 from benchmarks.compare import canonical_order, compute_metrics
-from benchmarks.executor import Executor, LocalExecutor
+from benchmarks.executor import Executor, LocalExecutor, Task
 from benchmarks.repair import (
     FIX_BY_CAUSE,
     FIX_BY_FAILURE,
@@ -53,10 +54,18 @@ from benchmarks.suites import Suite
 from neuraldbg.errors import MissingDependencyError
 from neuraldbg.methods import DiagnosisMethod, get_method
 from neuraldbg.records import HEALTHY
+from neuraldbg.trace import Trace
+
+if TYPE_CHECKING:
+    from experiments.families import FamilySpec
 
 __all__ = ["FIX_BY_CAUSE", "FIX_BY_FAILURE", "FITTED_METHODS", "suggest_fix",
            "runnable_methods", "score_method_on_run", "BenchmarkResult", "run_benchmark",
            "load_result", "compute_metrics", "method_label"]
+
+#: Seed of the knob draws of the randomised ablation's corpus (``python -m
+#: benchmarks.knob_effects``'s default, so the two share their runs).
+RANDOMISED_SEED = 0
 
 #: Methods fitted per held-out fold (never scored on what they were fitted on).
 FITTED_METHODS: tuple[str, ...] = ("probabilistic",)
@@ -107,7 +116,7 @@ def runnable_methods(requested: list[str] | None = None) -> tuple[list[str], dic
     return ok, missing
 
 
-def _latency(model: Any, trace: Any, truth: dict[str, Any]) -> float:
+def _latency(model: DiagnosisMethod, trace: Trace, truth: dict[str, Any]) -> float:
     """Steps from the onset until the method, fed the run so far, names the true failure."""
     onset = truth.get("onset_step")
     if onset is None or truth.get("failure_type", HEALTHY) == HEALTHY or trace.steps.empty:
@@ -126,7 +135,7 @@ def _latency(model: Any, trace: Any, truth: dict[str, Any]) -> float:
     return math.nan
 
 
-def score_method_on_run(model: DiagnosisMethod, trace: Any, truth: dict[str, Any], *,
+def score_method_on_run(model: DiagnosisMethod, trace: Trace, truth: dict[str, Any], *,
                         latency: bool) -> dict[str, Any]:
     """One method's answer on one run, scored.
 
@@ -178,34 +187,47 @@ def task_diagnose(path: str, methods: list[str], latency: bool) -> list[dict[str
 
 
 def task_folds(folds: list[dict[str, Any]], latency: bool) -> dict[str, Any]:
-    """Fit the probabilistic model once per fold on its training runs, score it on the fold's
-    held-out runs and answer their counterfactual cases with ``what_if`` (an executor task).
+    """Fit, score and question the probabilistic model on some folds (an executor task).
 
-    Each fold is ``{split, fold, fit_paths, score_paths, cases}``. The folds of one task share
-    loaded traces, so the model's per-trace evidence is computed once, not once per fold.
+    Per fold, the model is fitted once on its training runs, scored on the fold's held-out
+    runs and asked their counterfactual cases with ``what_if``.
+
+    Each fold is ``{split, fold, fit_params, fit_paths, score_paths, cases}`` and optionally
+    ``corpus`` ("randomised": its fit runs are labelled by
+    :func:`benchmarks.knob_effects.label_randomised_run`). The folds of one task share loaded
+    traces, so the model's per-trace evidence is computed once, not once per fold.
     """
     from benchmarks.fit_default import prepare_fit_traces
 
-    cache: dict[str, Any] = {}
-    prepared: dict[str, Any] = {}
+    cache: dict[str, Trace] = {}
+    prepared: dict[str, Trace | None] = {}
 
-    def get(path: str) -> Any:
+    def get(path: str) -> Trace:
         if path not in cache:
             cache[path] = load(path)
         return cache[path]
 
-    def get_fit(path: str) -> Any:
-        """The trace prepared as the shipped model's fit prepares it (family labels), or
-        None for a run whose outcome the zoo does not declare or show; once per run."""
+    def get_fit(path: str, corpus: str) -> Trace | None:
+        """The trace prepared as the shipped model's fit prepares it (family labels).
+
+        None for a run whose outcome the zoo does not declare or show; once per run. A run
+        of the randomised corpus is labelled first (:func:`label_randomised_run`).
+        """
         if path not in prepared:
-            kept = prepare_fit_traces([get(path)], manifest_only=True)
+            trace = get(path)
+            if corpus == "randomised":
+                from benchmarks.knob_effects import label_randomised_run
+
+                trace = label_randomised_run(trace)
+            kept = prepare_fit_traces([trace], manifest_only=True)
             prepared[path] = kept[0] if kept else None
         return prepared[path]
 
     return {"folds": [_one_fold(f, get, get_fit, latency) for f in folds]}
 
 
-def _one_fold(f: dict[str, Any], get: Any, get_fit: Any, latency: bool) -> dict[str, Any]:
+def _one_fold(f: dict[str, Any], get: Callable[[str], Trace],
+              get_fit: Callable[[str, str], Trace | None], latency: bool) -> dict[str, Any]:
     from causal_models import ProbabilisticReasoner
 
     split, fold = f["split"], f["fold"]
@@ -214,7 +236,8 @@ def _one_fold(f: dict[str, Any], get: Any, get_fit: Any, latency: bool) -> dict[
                            "fit_runs": _json(f["fit_paths"])}
     try:
         t0 = time.perf_counter()
-        train = [t for t in map(get_fit, f["fit_paths"]) if t is not None]
+        corpus = f.get("corpus", "zoo")
+        train = [t for t in (get_fit(p, corpus) for p in f["fit_paths"]) if t is not None]
         model = ProbabilisticReasoner(**f.get("fit_params", {})).fit(train)
         out["fit_s"] = time.perf_counter() - t0
     except Exception as exc:
@@ -289,7 +312,8 @@ class BenchmarkResult:
     notes: dict[str, Any]
 
 
-def _select_families(suite: Suite) -> list[Any]:
+def _select_families(suite: Suite) -> list[FamilySpec]:
+    """The zoo families a suite runs: named ones, or every registered family (trimmed)."""
     from experiments import list_families
 
     fams = list(list_families())
@@ -329,6 +353,332 @@ def _cases(truth: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+# ------------------------------------------------------------ stage 1: the zoo runs
+@dataclass(frozen=True, slots=True)
+class _Context:
+    """What every stage of one benchmark invocation shares.
+
+    Attributes
+    ----------
+    suite : Suite
+    executor : Executor
+    run_dir : Path
+        The trace cache (resolved).
+    fingerprint : str
+        The zoo's source hash the cached runs are keyed by.
+    """
+
+    suite: Suite
+    executor: Executor
+    run_dir: Path
+    fingerprint: str
+
+    def path(self, spec: RunSpec) -> str:
+        """Where ``spec``'s run lives in the trace cache."""
+        return str(run_path(self.run_dir, spec, self.fingerprint))
+
+    def rerun_tasks(self, specs: dict[str, RunSpec]) -> list[Task]:
+        """One :func:`task_rerun` per path -> spec."""
+        return [(task_rerun, {"spec": s.to_dict(), "path": p, "every": self.suite.every})
+                for p, s in specs.items()]
+
+
+@dataclass(frozen=True, slots=True)
+class _ZooRuns:
+    """The suite's zoo runs after stage 1.
+
+    Attributes
+    ----------
+    runs : pandas.DataFrame
+        One row per run spec: its fields, ``role`` ("score" or "fit"), ``path``,
+        ``finished``, ``architecture`` and ``kind``.
+    truths : dict of str to dict
+        Ground truth of every finished run, by path.
+    score, fit : pandas.DataFrame
+        The finished rows of ``runs`` with role "score" / "fit".
+    """
+
+    runs: pd.DataFrame
+    truths: dict[str, dict[str, Any]]
+    score: pd.DataFrame
+    fit: pd.DataFrame
+
+
+def _zoo_specs(suite: Suite, fams: list[FamilySpec], fitted: bool
+               ) -> list[tuple[RunSpec, str]]:
+    """Every zoo run of the suite with its role ("score" or "fit").
+
+    Score runs, then (for fitted methods) the fit runs at every severity and, for the zoo
+    corpus, the declared knob changes; last, the randomised-knob runs of the "randomised"
+    ablation (role "randomised").
+    """
+    specs: list[tuple[RunSpec, str]] = []
+    for f in fams:
+        sevs = [None] if suite.severities == "default" else list(f.severities or [None])
+        fit_sevs = list(f.severities or [None]) if suite.fit_corpus == "zoo" else sevs
+        for sev in sevs:
+            for seed in suite.score_seeds:
+                specs.append((RunSpec(f.name, sev, seed), "score"))
+        if not fitted:
+            continue
+        for seed in suite.fit_seeds:
+            for sev in fit_sevs:
+                specs.append((RunSpec(f.name, sev, seed), "fit"))
+            if suite.fit_corpus == "zoo":  # the declared knob changes, as fit_default does
+                for item in f.expected_outcomes():
+                    specs.append((RunSpec(f.name, None, seed, dict(item["knobs"])), "fit"))
+    if fitted and "family" in suite.splits and suite.randomised_runs:
+        from benchmarks.knob_effects import corpus_specs  # the randomised ablation's corpus
+
+        specs += [(spec, "randomised") for spec, _ in
+                  corpus_specs(suite.randomised_runs, RANDOMISED_SEED)]
+    return specs
+
+
+def _make_zoo_runs(ctx: _Context, fams: list[FamilySpec], fitted: bool) -> _ZooRuns:
+    """Stage 1: make (or reuse) every zoo run; tabulate them with their ground truth."""
+    specs = _zoo_specs(ctx.suite, fams, fitted)
+    paths = [run_path(ctx.run_dir, s, ctx.fingerprint) for s, _ in specs]
+    _ensure_runs([s for s, _ in specs], paths, ctx.executor, ctx.suite.every, "zoo runs",
+                 ctx.run_dir)
+    runs = pd.DataFrame([{**s.to_dict(), "knobs": _json(s.knobs), "role": role, "path": str(p),
+                          "finished": is_finished(p)} for (s, role), p in zip(specs, paths,
+                                                                            strict=True)])
+    truths = {str(p): json.loads((p / "meta.json").read_text()).get("ground_truth") or {}
+              for p in paths if is_finished(p)}
+    runs["architecture"] = [truths.get(p, {}).get("architecture") for p in runs["path"]]
+    runs["kind"] = [truths.get(p, {}).get("kind") for p in runs["path"]]
+    return _ZooRuns(runs=runs, truths=truths,
+                    score=runs[(runs["role"] == "score") & runs["finished"]],
+                    fit=runs[(runs["role"] == "fit") & runs["finished"]])
+
+
+# --------------------------------------- stage 2: diagnosis + counterfactual re-runs
+@dataclass(frozen=True, slots=True)
+class _CounterfactualPlan:
+    """The counterfactual cases of the scored runs and the re-runs that check them.
+
+    Attributes
+    ----------
+    cases : dict of str to list of dict
+        Per scored run (counterfactual seeds only): its knob changes with declared outcome.
+    specs : dict of str to RunSpec
+        Per re-run path: the knob-changed run to make.
+    """
+
+    cases: dict[str, list[dict[str, Any]]]
+    specs: dict[str, RunSpec]
+
+
+def _plan_counterfactuals(ctx: _Context, zoo: _ZooRuns) -> _CounterfactualPlan:
+    """The knob changes every failing scored run of a counterfactual seed is re-run under."""
+    score = zoo.score
+    cases: dict[str, list[dict[str, Any]]] = {}
+    specs: dict[str, RunSpec] = {}
+    for _, r in score[score["seed"].isin(ctx.suite.counterfactual_seeds)].iterrows():
+        run_cases = _cases(zoo.truths[r["path"]]) if r["kind"] == "failure" else []
+        cases[r["path"]] = run_cases
+        for c in run_cases:
+            spec = RunSpec(r["family"], r["severity"], int(r["seed"]), dict(c["knobs"]))
+            specs[ctx.path(spec)] = spec
+    return _CounterfactualPlan(cases=cases, specs=specs)
+
+
+#: Held-out splits of fitted methods: split name -> the runs' column its folds group by.
+SPLIT_COLUMNS: dict[str, str] = {"family": "family", "architecture": "architecture"}
+
+
+def _fold_variants(suite: Suite, split: str) -> list[tuple[str, dict[str, Any]]]:
+    """(label, estimator parameters) of the fits on one split.
+
+    The model as the suite fits it and, on leave-one-family-out, each ablation (the same
+    folds, other parameters).
+    """
+    variants = [(split, dict(suite.fit_params))]
+    if split == "family":
+        variants += [(f"family/{name}", {**dict(suite.fit_params), **dict(params)})
+                     for name, params in suite.ablations]
+    return variants
+
+
+def _plan_folds(suite: Suite, fitted: list[str], zoo: _ZooRuns,
+                cf: _CounterfactualPlan) -> list[dict[str, Any]]:
+    """One fold per held-out value, split and variant (the input of :func:`task_folds`)."""
+    score, fit = zoo.score, zoo.fit
+    folds: list[dict[str, Any]] = []
+    for _ in fitted:
+        for split, col in SPLIT_COLUMNS.items():
+            if split not in suite.splits:
+                continue
+            for label, params in _fold_variants(suite, split):
+                for value in sorted(score[col].dropna().unique()):
+                    te = score[score[col] == value]["path"].tolist()
+                    folds.append({"split": label, "fold": str(value), "fit_params": params,
+                                  "fit_paths": fit[fit[col] != value]["path"].tolist(),
+                                  "score_paths": te,
+                                  "cases": {p: cf.cases.get(p, []) for p in te}})
+    return folds
+
+
+def _plan_randomised_folds(suite: Suite, zoo: _ZooRuns, cf: _CounterfactualPlan
+                           ) -> list[dict[str, Any]]:
+    """The folds of the "randomised" ablation: fitted on the randomised-knob corpus.
+
+    Leave-one-family-out as the other rows, except that held-out families whose fit sets are
+    the same (every family but the corpus's three recipes: no randomised run comes from
+    them) share one fit instead of repeating it.
+    """
+    if not suite.randomised_runs or "family" not in suite.splits:
+        return []
+    runs, score = zoo.runs, zoo.score
+    corpus = runs[(runs["role"] == "randomised") & runs["finished"]]
+    held_out: dict[tuple[str, ...], list[str]] = {}  # fit paths -> the families they score
+    for family in sorted(score["family"].dropna().unique()):
+        held_out.setdefault(tuple(corpus[corpus["family"] != family]["path"]), []).append(family)
+    folds = []
+    for fit_paths, families in held_out.items():
+        te = score[score["family"].isin(families)]["path"].tolist()
+        folds.append({"split": "family/randomised", "corpus": "randomised",
+                      "fold": families[0] if len(families) == 1 else
+                      f"{len(families)} families outside the corpus",
+                      "fit_params": dict(suite.fit_params), "fit_paths": list(fit_paths),
+                      "score_paths": te, "cases": {p: cf.cases.get(p, []) for p in te}})
+    return folds
+
+
+def _diagnosis_tasks(ctx: _Context, folds: list[dict[str, Any]], unfitted: list[str],
+                     zoo: _ZooRuns, cf: _CounterfactualPlan) -> list[Task]:
+    """Stage 2's tasks, the longest first.
+
+    The fold tasks (spread over the workers), then the counterfactual re-runs, then one
+    diagnosis task per scored run.
+    """
+    latency = ctx.suite.latency
+    n_chunks = max(1, min(len(folds), ctx.executor.workers))
+    tasks: list[Task] = [(task_folds, {"folds": folds[i::n_chunks], "latency": latency})
+                         for i in range(n_chunks) if folds[i::n_chunks]]
+    tasks += ctx.rerun_tasks(cf.specs)
+    if unfitted:
+        tasks += [(task_diagnose, {"path": p, "methods": unfitted, "latency": latency})
+                  for p in zoo.score["path"]]
+    return tasks
+
+
+@dataclass(frozen=True, slots=True)
+class _Diagnoses:
+    """Stage 2's answers, gathered from its tasks.
+
+    Attributes
+    ----------
+    records : pandas.DataFrame
+        One row per method and scored run (with ``label``).
+    whatif : list of dict
+        The fitted methods' ``what_if`` answers, one per counterfactual case.
+    fold_rows : list of dict
+        One row per fitted fold (fit time, size, error).
+    """
+
+    records: pd.DataFrame
+    whatif: list[dict[str, Any]]
+    fold_rows: list[dict[str, Any]]
+
+
+#: The fields of a fold's result kept in ``folds.parquet``.
+FOLD_FIELDS: tuple[str, ...] = ("split", "fold", "fit_s", "n_fit", "error", "fit_runs")
+
+
+def _gather_diagnoses(results: list[Any]) -> _Diagnoses:
+    """Records, ``what_if`` answers and fold rows out of stage 2's task results."""
+    records: list[dict[str, Any]] = []
+    whatif: list[dict[str, Any]] = []
+    fold_rows: list[dict[str, Any]] = []
+    for r in results:
+        if isinstance(r, list):
+            records += r
+        elif isinstance(r, dict) and "folds" in r:
+            for f in r["folds"]:
+                records += f["records"]
+                whatif += f["whatif"]
+                fold_rows.append({k: f[k] for k in FOLD_FIELDS} | {"n_score": len(f["records"])})
+    rec = pd.DataFrame(records)
+    if not rec.empty:
+        rec["label"] = [method_label(m, s) for m, s in zip(rec["method"], rec["split"],
+                                                            strict=True)]
+    return _Diagnoses(records=rec, whatif=whatif, fold_rows=fold_rows)
+
+
+# ------------------------------------------------- stage 3 and 4: repairs, judging
+def _plan_repairs(ctx: _Context, rec: pd.DataFrame, score: pd.DataFrame
+                  ) -> tuple[list[dict[str, Any]], dict[str, RunSpec]]:
+    """Repair rows and the re-runs of the top suggested fixes (by path).
+
+    One row per failing scored run of a repair seed and method.
+    """
+    rows: list[dict[str, Any]] = []
+    specs: dict[str, RunSpec] = {}
+    if rec.empty or "suggested_fix" not in rec.columns:
+        return rows, specs
+    cand = rec[(rec["true_failure"] != HEALTHY) & rec["seed"].isin(ctx.suite.repair_seeds)
+               & (rec["error"] == "")]
+    spec_of = score.set_index("path")
+    for _, r in cand.iterrows():
+        row = {"run": r["run"], "label": r["label"], "family": r["family"],
+               "architecture": r["architecture"], "fix": r["suggested_fix"], "rerun": ""}
+        if r["suggested_fix"]:
+            base = spec_of.loc[r["run"]]
+            spec = RunSpec(base["family"], base["severity"], int(base["seed"]),
+                           json.loads(r["suggested_fix"]))
+            row["rerun"] = ctx.path(spec)
+            specs[row["rerun"]] = spec
+        rows.append(row)
+    return rows, specs
+
+
+def _judge_reruns(ctx: _Context, specs: dict[str, RunSpec]) -> dict[str, dict[str, Any]]:
+    """Judge every re-run with the zoo's judge, one task per family; outcome by path."""
+    by_family: dict[str, list[str]] = {}
+    for p, s in specs.items():
+        by_family.setdefault(s.family, []).append(p)
+    judged = ctx.executor.map([(task_judge, {"paths": ps}) for ps in by_family.values()],
+                              description="judging re-runs", root=ctx.run_dir)
+    return {o["path"]: o for group in judged for o in group}
+
+
+def _counterfactual_frame(ctx: _Context, whatif: list[dict[str, Any]], score: pd.DataFrame,
+                          outcome: dict[str, dict[str, Any]]) -> pd.DataFrame:
+    """Each ``what_if`` answer beside the judged outcome of its real re-run."""
+    rows = []
+    for w in whatif:
+        knobs = json.loads(w["knobs"])
+        r = score[score["path"] == w["run"]].iloc[0]
+        p = ctx.path(RunSpec(r["family"], r["severity"], int(r["seed"]), knobs))
+        o = outcome.get(p, {})
+        rows.append({**w, "family": r["family"], "architecture": r["architecture"],
+                     "rerun": p, "actual_failure": o.get("failed"),
+                     "actual_outcome": o.get("outcome", ""),
+                     "rerun_reasons": _json(o.get("reasons", []))})
+    return pd.DataFrame(rows)
+
+
+def _repair_frame(rows: list[dict[str, Any]], outcome: dict[str, dict[str, Any]]
+                  ) -> pd.DataFrame:
+    """The repair rows with their re-run's judged outcome."""
+    for row in rows:
+        o = outcome.get(row["rerun"], {})
+        row["rerun_failed"] = o.get("failed")
+        row["rerun_outcome"] = o.get("outcome", "")
+        row["repaired"] = bool(row["rerun"]) and o.get("failed") is False
+        row["rerun_reasons"] = _json(o.get("reasons", []))
+    return pd.DataFrame(rows)
+
+
+def _write_result(result: BenchmarkResult) -> None:
+    """The frames as Parquet (rows in a canonical order) and the notes as JSON."""
+    for name in ("records", "counterfactuals", "repairs", "folds", "runs"):
+        getattr(result, name).to_parquet(result.out / f"{name}.parquet", index=False)
+    (result.out / "notes.json").write_text(_json(result.notes))
+
+
 def run_benchmark(suite: Suite, out: str | Path, *, executor: Executor | None = None,
                   run_dir: str | Path | None = None, methods: list[str] | None = None
                   ) -> BenchmarkResult:
@@ -346,165 +696,49 @@ def run_benchmark(suite: Suite, out: str | Path, *, executor: Executor | None = 
         Trace cache (default ``<out>/../runs``), shared by suites.
     methods : list of str, optional
         Method names (default: heuristic, probabilistic and the baselines, those available).
+
+    Returns
+    -------
+    BenchmarkResult
     """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    run_dir = (Path(run_dir) if run_dir is not None else out.parent / "runs").resolve()
-    executor = executor or LocalExecutor()
-    fp = zoo_fingerprint()
+    ctx = _Context(suite=suite, executor=executor or LocalExecutor(),
+                   run_dir=(Path(run_dir) if run_dir is not None else out.parent / "runs"
+                            ).resolve(), fingerprint=zoo_fingerprint())
     names, missing = runnable_methods(methods)
     for name, why in missing.items():
         warnings.warn(f"method {name!r} unavailable, left out: {why}", stacklevel=2)
     unfitted = [m for m in names if m not in FITTED_METHODS]
     fitted = [m for m in names if m in FITTED_METHODS]
     t_start = time.perf_counter()
-
-    # 1. zoo runs ---------------------------------------------------------------
     fams = _select_families(suite)
-    specs: list[tuple[RunSpec, str]] = []
-    for f in fams:
-        sevs = [None] if suite.severities == "default" else list(f.severities or [None])
-        fit_sevs = list(f.severities or [None]) if suite.fit_corpus == "zoo" else sevs
-        for sev in sevs:
-            for seed in suite.score_seeds:
-                specs.append((RunSpec(f.name, sev, seed), "score"))
-        if not fitted:
-            continue
-        for seed in suite.fit_seeds:
-            for sev in fit_sevs:
-                specs.append((RunSpec(f.name, sev, seed), "fit"))
-            if suite.fit_corpus == "zoo":  # the declared knob changes, as fit_default does
-                for item in f.expected_outcomes():
-                    specs.append((RunSpec(f.name, None, seed, dict(item["knobs"])), "fit"))
-    paths = [run_path(run_dir, s, fp) for s, _ in specs]
-    _ensure_runs([s for s, _ in specs], paths, executor, suite.every, "zoo runs", run_dir)
-    runs = pd.DataFrame([{**s.to_dict(), "knobs": _json(s.knobs), "role": role, "path": str(p),
-                          "finished": is_finished(p)} for (s, role), p in zip(specs, paths,
-                                                                            strict=True)])
-    truths = {str(p): json.loads((p / "meta.json").read_text()).get("ground_truth") or {}
-              for p in paths if is_finished(p)}
-    runs["architecture"] = [truths.get(p, {}).get("architecture") for p in runs["path"]]
-    runs["kind"] = [truths.get(p, {}).get("kind") for p in runs["path"]]
-    score = runs[(runs["role"] == "score") & runs["finished"]]
-    fit = runs[(runs["role"] == "fit") & runs["finished"]]
-
-    # 2. diagnosis + counterfactual re-runs -------------------------------------
-    cf_cases: dict[str, list[dict[str, Any]]] = {}
-    cf_specs: dict[str, RunSpec] = {}
-    for _, r in score[score["seed"].isin(suite.counterfactual_seeds)].iterrows():
-        cases = _cases(truths[r["path"]]) if r["kind"] == "failure" else []
-        cf_cases[r["path"]] = cases
-        for c in cases:
-            spec = RunSpec(r["family"], r["severity"], int(r["seed"]), dict(c["knobs"]))
-            cf_specs[str(run_path(run_dir, spec, fp))] = spec
-    folds: list[dict[str, Any]] = []
-    for m in fitted:
-        for split, col in (("family", "family"), ("architecture", "architecture")):
-            if split not in suite.splits:
-                continue
-            variants = [(split, dict(suite.fit_params))]
-            if split == "family":  # ablations: the same folds, other estimator parameters
-                variants += [(f"family/{name}", {**dict(suite.fit_params), **dict(params)})
-                             for name, params in suite.ablations]
-            for label, params in variants:
-                for value in sorted(score[col].dropna().unique()):
-                    te = score[score[col] == value]["path"].tolist()
-                    folds.append({"split": label, "fold": str(value), "fit_params": params,
-                                  "fit_paths": fit[fit[col] != value]["path"].tolist(),
-                                  "score_paths": te,
-                                  "cases": {p: cf_cases.get(p, []) for p in te}})
-    # folds first (the longest tasks), spread over the workers; then the rest
-    n_chunks = max(1, min(len(folds), executor.workers))
-    tasks: list[tuple[Any, dict[str, Any]]] = [
-        (task_folds, {"folds": folds[i::n_chunks], "latency": suite.latency})
-        for i in range(n_chunks) if folds[i::n_chunks]]
-    tasks += [(task_rerun, {"spec": s.to_dict(), "path": p, "every": suite.every})
-              for p, s in cf_specs.items()]
-    if unfitted:
-        tasks += [(task_diagnose, {"path": p, "methods": unfitted, "latency": suite.latency})
-                  for p in score["path"]]
-    results = executor.map(tasks, description="diagnosis + counterfactual re-runs",
-                           root=run_dir)
-    records: list[dict[str, Any]] = []
-    whatif: list[dict[str, Any]] = []
-    fold_rows: list[dict[str, Any]] = []
-    for r in results:
-        if isinstance(r, list):
-            records += r
-        elif isinstance(r, dict) and "folds" in r:
-            for f in r["folds"]:
-                records += f["records"]
-                whatif += f["whatif"]
-                fold_rows.append({k: f[k] for k in ("split", "fold", "fit_s", "n_fit", "error",
-                                                    "fit_runs")}
-                                 | {"n_score": len(f["records"])})
-    rec = pd.DataFrame(records)
-    if not rec.empty:
-        rec["label"] = [method_label(m, s) for m, s in zip(rec["method"], rec["split"],
-                                                            strict=True)]
-
-    # 3. repair: re-run the top suggested fix -----------------------------------
-    rep_rows, rep_specs = [], {}
-    if not rec.empty and "suggested_fix" in rec.columns:
-        cand = rec[(rec["true_failure"] != HEALTHY) & rec["seed"].isin(suite.repair_seeds)
-                   & (rec["error"] == "")]
-        spec_of = score.set_index("path")
-        for _, r in cand.iterrows():
-            row = {"run": r["run"], "label": r["label"], "family": r["family"],
-                   "architecture": r["architecture"], "fix": r["suggested_fix"], "rerun": ""}
-            if r["suggested_fix"]:
-                base = spec_of.loc[r["run"]]
-                spec = RunSpec(base["family"], base["severity"], int(base["seed"]),
-                               json.loads(r["suggested_fix"]))
-                p = str(run_path(run_dir, spec, fp))
-                rep_specs[p] = spec
-                row["rerun"] = p
-            rep_rows.append(row)
-    executor.map([(task_rerun, {"spec": s.to_dict(), "path": p, "every": suite.every})
-                  for p, s in rep_specs.items()], description="repair re-runs", root=run_dir)
-
-    # 4. judge every re-run with the zoo's judge, one task per family ----------
-    by_family: dict[str, list[str]] = {}
-    for p, s in {**cf_specs, **rep_specs}.items():
-        by_family.setdefault(s.family, []).append(p)
-    judged = executor.map([(task_judge, {"paths": ps}) for ps in by_family.values()],
-                          description="judging re-runs", root=run_dir)
-    outcome = {o["path"]: o for group in judged for o in group}
-
-    cf_rows = []
-    for w in whatif:
-        knobs = json.loads(w["knobs"])
-        r = score[score["path"] == w["run"]].iloc[0]
-        p = str(run_path(run_dir, RunSpec(r["family"], r["severity"], int(r["seed"]), knobs), fp))
-        o = outcome.get(p, {})
-        cf_rows.append({**w, "family": r["family"], "architecture": r["architecture"],
-                        "rerun": p, "actual_failure": o.get("failed"),
-                        "actual_outcome": o.get("outcome", ""),
-                        "rerun_reasons": _json(o.get("reasons", []))})
-    cf = pd.DataFrame(cf_rows)
-    for row in rep_rows:
-        o = outcome.get(row["rerun"], {})
-        row["rerun_failed"] = o.get("failed")
-        row["rerun_outcome"] = o.get("outcome", "")
-        row["repaired"] = bool(row["rerun"]) and o.get("failed") is False
-        row["rerun_reasons"] = _json(o.get("reasons", []))
-    reps = pd.DataFrame(rep_rows)
-
-    notes = {"methods": names, "methods_missing": missing, "zoo_fingerprint": fp,
-             "n_runs": int(len(runs)), "n_score_runs": int(len(score)),
-             "n_fit_runs": int(len(fit)), "n_counterfactual_reruns": len(cf_specs),
+    zoo = _make_zoo_runs(ctx, fams, bool(fitted))
+    cf = _plan_counterfactuals(ctx, zoo)
+    folds = _plan_folds(suite, fitted, zoo, cf)
+    if fitted:
+        folds += _plan_randomised_folds(suite, zoo, cf)
+    diag = _gather_diagnoses(ctx.executor.map(
+        _diagnosis_tasks(ctx, folds, unfitted, zoo, cf),
+        description="diagnosis + counterfactual re-runs", root=ctx.run_dir))
+    rep_rows, rep_specs = _plan_repairs(ctx, diag.records, zoo.score)
+    ctx.executor.map(ctx.rerun_tasks(rep_specs), description="repair re-runs",
+                     root=ctx.run_dir)
+    outcome = _judge_reruns(ctx, {**cf.specs, **rep_specs})
+    notes = {"methods": names, "methods_missing": missing, "zoo_fingerprint": ctx.fingerprint,
+             "n_runs": int(len(zoo.runs)), "n_score_runs": int(len(zoo.score)),
+             "n_fit_runs": int(len(zoo.fit)), "n_counterfactual_reruns": len(cf.specs),
              "n_repair_reruns": len(rep_specs),
              "families": [f.name for f in fams], "wall_s": time.perf_counter() - t_start,
-             "run_errors": int((~runs["finished"]).sum())}
-    folds_df = canonical_order(pd.DataFrame(fold_rows), ("split", "fold"))
-    rec = canonical_order(rec, ("label", "run"))  # the same files on any worker count
-    cf = canonical_order(cf, ("split", "run", "knobs"))
-    reps = canonical_order(reps, ("label", "run"))
-    for name, frame in (("records", rec), ("counterfactuals", cf), ("repairs", reps),
-                        ("folds", folds_df), ("runs", runs)):
-        frame.to_parquet(out / f"{name}.parquet", index=False)
-    (out / "notes.json").write_text(_json(notes))
-    return BenchmarkResult(suite, out, rec, cf, reps, folds_df, runs, notes)
+             "run_errors": int((~zoo.runs["finished"]).sum())}
+    result = BenchmarkResult(  # rows in a canonical order: the same files on any worker count
+        suite, out, canonical_order(diag.records, ("label", "run")),
+        canonical_order(_counterfactual_frame(ctx, diag.whatif, zoo.score, outcome),
+                        ("split", "run", "knobs")),
+        canonical_order(_repair_frame(rep_rows, outcome), ("label", "run")),
+        canonical_order(pd.DataFrame(diag.fold_rows), ("split", "fold")), zoo.runs, notes)
+    _write_result(result)
+    return result
 
 
 def load_result(suite: Suite, out: str | Path) -> BenchmarkResult:

@@ -32,6 +32,7 @@ import argparse
 import json
 import math
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,8 +42,13 @@ import pandas as pd
 import causal_models
 from benchmarks.runs import RunSpec, execute_run, load, run_outcome, run_path, zoo_fingerprint
 from neuraldbg.records import HEALTHY
+from neuraldbg.trace import Trace
 
-__all__ = ["TREATMENTS", "draw_knobs", "run_corpus", "estimate", "main"]
+__all__ = ["TREATMENTS", "CauseRule", "CAUSE_RULE", "draw_knobs", "corpus_specs", "run_corpus",
+           "label_randomised_run", "estimate", "main"]
+
+#: Seeds of the randomised runs start here (apart from the zoo's fit and score seeds).
+FIRST_SEED = 2000
 
 #: The zoo's healthy recipes the corpus randomises (fast, three architectures).
 RECIPES: tuple[str, ...] = ("healthy_mlp", "healthy_cnn", "healthy_resnet")
@@ -70,24 +76,96 @@ def draw_knobs(rng: np.random.Generator) -> dict[str, Any]:
             "grad_clip": float(rng.choice([0.0, 1.0]))}
 
 
-def run_corpus(n_runs: int, seed: int, run_dir: Path) -> pd.DataFrame:
-    """Train ``n_runs`` randomised runs (cached); one row per run with knobs and outcome."""
+def corpus_specs(n_runs: int, seed: int) -> list[tuple[RunSpec, dict[str, Any]]]:
+    """The randomised corpus's first ``n_runs`` runs and each run's drawn knobs.
+
+    Run ``i`` trains recipe ``RECIPES[i % 3]`` at seed ``FIRST_SEED + i`` with knobs drawn by
+    :func:`draw_knobs` from one generator seeded ``seed``; the spec asks only for the knobs
+    that differ from the recipe (no clipping, no normalization are its defaults).
+    """
     rng = np.random.default_rng(seed)
-    fingerprint = zoo_fingerprint()
-    rows = []
+    out = []
     for i in range(n_runs):
-        recipe = RECIPES[i % len(RECIPES)]
         knobs = draw_knobs(rng)
         asked = {k: v for k, v in knobs.items() if not (k == "grad_clip" and v == 0.0)}
         if asked.get("normalization") == "none":
             asked.pop("normalization")
-        spec = RunSpec(recipe, None, 2000 + i, asked)
+        out.append((RunSpec(RECIPES[i % len(RECIPES)], None, FIRST_SEED + i, asked), knobs))
+    return out
+
+
+def run_corpus(n_runs: int, seed: int, run_dir: Path) -> pd.DataFrame:
+    """Train ``n_runs`` randomised runs (cached); one row per run with knobs and outcome."""
+    fingerprint = zoo_fingerprint()
+    rows = []
+    for spec, knobs in corpus_specs(n_runs, seed):
         path = run_path(run_dir, spec, fingerprint)
         execute_run(spec.to_dict(), str(path))
         outcome = run_outcome(load(path))
-        rows.append({"recipe": recipe, **knobs, "failed": int(outcome["failed"]),
+        rows.append({"recipe": spec.family, **knobs, "failed": int(outcome["failed"]),
                      "outcome": outcome["outcome"]})
     return pd.DataFrame(rows)
+
+
+@dataclass(frozen=True, slots=True)
+class CauseRule:
+    """How a failing randomised run's root cause is named from the knobs it was drawn with.
+
+    A randomised run has no injected cause: the zoo's judge says whether and how it failed,
+    and this rule names the knob to blame. Each threshold is a multiple of the recipe's
+    value; a failing run with exactly one knob beyond its threshold gets that knob's cause,
+    one with none or several gets ``"unknown"`` (no guess where the draw is ambiguous).
+
+    Attributes
+    ----------
+    lr_high : float, default=10.0
+        ``lr_scale`` at or above this: ``learning_rate_too_high`` (the ``"lr >= 10x"``
+        treatment of :data:`TREATMENTS`).
+    lr_low : float, default=0.1
+        ``lr_scale`` at or below this: ``learning_rate_too_low`` (a decade below the recipe;
+        draws reach 10**-1.5).
+    init_large : float, default=3.0
+        ``init_scale`` at or above this: ``init_scale_too_large`` (the ``"init >= 3x"``
+        treatment).
+    init_small : float, default=0.5
+        ``init_scale`` at or below this: ``init_scale_too_small`` (draws reach 10**-0.5).
+    """
+
+    lr_high: float = 10.0
+    lr_low: float = 0.1
+    init_large: float = 3.0
+    init_small: float = 0.5
+
+    def causes(self, knobs: dict[str, Any]) -> list[str]:
+        """The causes the drawn knobs point at (sigmoid units: ``saturating_activation``)."""
+        lr, init = float(knobs.get("lr_scale", 1.0)), float(knobs.get("init_scale", 1.0))
+        named = [(lr >= self.lr_high, "learning_rate_too_high"),
+                 (lr <= self.lr_low, "learning_rate_too_low"),
+                 (init >= self.init_large, "init_scale_too_large"),
+                 (init <= self.init_small, "init_scale_too_small"),
+                 (knobs.get("activation") == "sigmoid", "saturating_activation")]
+        return [cause for hit, cause in named if hit]
+
+
+#: The rule :func:`label_randomised_run` applies.
+CAUSE_RULE = CauseRule()
+
+
+def label_randomised_run(trace: Trace, rule: CauseRule = CAUSE_RULE) -> Trace:
+    """The randomised run with fitting labels in its ground truth (fitting only).
+
+    ``failure_type`` is the zoo's judgement of the run (:func:`benchmarks.runs.run_outcome`:
+    for a healthy recipe, the generic health check's label), ``root_cause`` the one knob
+    :class:`CauseRule` blames (``"unknown"`` when none or several, ``"none"`` when healthy);
+    ``scenario_root_cause`` is ``"none"``, so the knob levels come from the drawn knobs alone.
+    """
+    failure = run_outcome(trace)["outcome"]
+    causes = rule.causes(trace.ground_truth.get("knobs") or {})
+    cause = "none" if failure == HEALTHY else (causes[0] if len(causes) == 1 else "unknown")
+    gt = {**trace.ground_truth, "failure_type": failure, "root_cause": cause,
+          "scenario_root_cause": "none"}
+    trace.meta = {**trace.meta, "ground_truth": gt}
+    return trace
 
 
 def _wilson(k: int, n: int, z: float = 1.96) -> list[float]:

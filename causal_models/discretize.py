@@ -129,6 +129,8 @@ def _slice_bounds(n_steps: int, onset: int | None, nonfinite: int | None, n_slic
     comes later (the lead of an explosion), else for 5% of the run.
     """
     end = first + n_steps
+    if n_slices == 1:  # the whole run (run level only)
+        return [first, end]
     if onset is None:
         return [int(round(first + i * n_steps / n_slices)) for i in range(n_slices + 1)]
     o = max(first, min(onset, end - 1))
@@ -221,7 +223,7 @@ def _loss_states(steps: pd.DataFrame, bounds: list[int], onset: int | None,
 
 
 def discretize(trace: Trace, *, n_slices: int = 4, n_blocks: int = 3,
-               bins: Bins | None = None) -> Discretized:
+               bins: Bins | None = None, slices: bool = True) -> Discretized:
     """Turn a trace into the discrete evidence of the time-sliced network.
 
     Parameters
@@ -234,6 +236,9 @@ def discretize(trace: Trace, *, n_slices: int = 4, n_blocks: int = 3,
         Layer blocks (>= 1).
     bins : Bins, optional
         Thresholds; defaults to :class:`Bins`.
+    slices : bool, default=True
+        False: one slice over the whole run (run level only; ``n_slices`` is still
+        validated but not used), the ablation without the time slices.
 
     Returns
     -------
@@ -247,6 +252,7 @@ def discretize(trace: Trace, *, n_slices: int = 4, n_blocks: int = 3,
     bins = bins or Bins()
     if n_slices < 2 or n_blocks < 1:
         raise ValueError(f"n_slices must be >= 2 and n_blocks >= 1, got {n_slices}, {n_blocks}.")
+    n_slices = n_slices if slices else 1
     steps = trace.steps
     if len(steps) == 0:
         raise ValueError("The trace has no steps; record at least one training step.")
@@ -254,7 +260,7 @@ def discretize(trace: Trace, *, n_slices: int = 4, n_blocks: int = 3,
     n_steps = int(steps["step"].max()) - first + 1
     onset, nonfinite = _locate_onset(steps, bins)
     bounds = _slice_bounds(n_steps, onset, nonfinite, n_slices, first)
-    slices = tuple((bounds[i], bounds[i + 1]) for i in range(n_slices))
+    windows = tuple((bounds[i], bounds[i + 1]) for i in range(n_slices))
     names = trace.module_names
     blocks = tuple(tuple(b) for b in np.array_split(np.array(names, dtype=object), n_blocks))
     filled = [b for b in blocks if b]  # fewer modules than blocks: an empty block repeats
@@ -269,7 +275,7 @@ def discretize(trace: Trace, *, n_slices: int = 4, n_blocks: int = 3,
 
     _block_states(trace, blocks, bounds, bins, states, features)
     run_states(trace, blocks, bins, states, features)
-    return Discretized(states=states, slices=slices, blocks=blocks, onset_step=onset,
+    return Discretized(states=states, slices=windows, blocks=blocks, onset_step=onset,
                        features=features)
 
 

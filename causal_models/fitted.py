@@ -55,6 +55,11 @@ class FittedModel(Protocol):
     n_fit_traces_: int
     fit_families_: list[str]
 
+    @property
+    def n_time_slices(self) -> int:
+        """Slices the network is unrolled over (1 for the run-level-only ablation)."""
+        ...
+
     def get_params(self, deep: bool = True) -> dict[str, Any]:
         """Hyperparameters."""
         ...

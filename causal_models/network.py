@@ -95,6 +95,9 @@ class ProbabilisticReasoner:
         Prior probability that the rules name the truth (before fitting).
     bins : Bins, optional
         Discretization thresholds.
+    slices : bool, default=True
+        False: one time slice over the whole run instead of ``n_slices`` (run level only:
+        the benchmark's ablation without the time slices).
 
     Attributes
     ----------
@@ -132,7 +135,7 @@ class ProbabilisticReasoner:
                  calibration: Literal["temperature", "isotonic", "none"] = "temperature",
                  calibration_cv: int | None = 8, min_confidence: float = 0.02,
                  rule_evidence: bool = True, rule_trust: float = 0.9,
-                 bins: Bins | None = None) -> None:
+                 bins: Bins | None = None, slices: bool = True) -> None:
         self.n_slices = n_slices
         self.n_blocks = n_blocks
         self.prior_strength = prior_strength
@@ -145,6 +148,7 @@ class ProbabilisticReasoner:
         self.rule_evidence = rule_evidence
         self.rule_trust = rule_trust
         self.bins = bins
+        self.slices = slices
 
     # ----------------------------------------------------------------- params
     def get_params(self, deep: bool = True) -> dict[str, Any]:
@@ -152,7 +156,7 @@ class ProbabilisticReasoner:
         return {k: getattr(self, k) for k in (
             "n_slices", "n_blocks", "prior_strength", "persistence", "coupling", "balance",
             "calibration", "calibration_cv", "min_confidence", "rule_evidence", "rule_trust",
-            "bins")}
+            "bins", "slices")}
 
     def set_params(self, **params: Any) -> ProbabilisticReasoner:
         """Set hyperparameters; unknown names raise ValueError listing the valid ones."""
@@ -179,6 +183,11 @@ class ProbabilisticReasoner:
             raise ValueError("calibration must be one of ['temperature', 'isotonic', 'none'], "
                              f"got {self.calibration!r}.")
 
+    @property
+    def n_time_slices(self) -> int:
+        """Slices the network is unrolled over: ``n_slices``, or 1 with ``slices=False``."""
+        return self.n_slices if self.slices else 1
+
     # -------------------------------------------------------------------- fit
     def _cause_states(self) -> tuple[str, ...]:
         if hasattr(self, "structure_"):
@@ -191,7 +200,8 @@ class ProbabilisticReasoner:
         See :func:`causal_models.observation.observe` (cached per trace and settings).
         """
         return observe(trace, n_slices=self.n_slices, n_blocks=self.n_blocks, bins=self.bins,
-                       rule_evidence=self.rule_evidence, cause_states=self._cause_states())
+                       rule_evidence=self.rule_evidence, cause_states=self._cause_states(),
+                       slices=self.slices)
 
     def fit(self, traces: Iterable[Trace], y: None = None) -> ProbabilisticReasoner:
         """Fit the conditional tables on failure-zoo traces.
@@ -229,7 +239,7 @@ class ProbabilisticReasoner:
             placed.append({**rows[-1], **{f"feature:{k}": v for k, v in disc.features.items()}})
             families.append(str(gt.get("family", f"run{i}")))
             plain.append(is_plain(gt))
-        self.structure_ = build_structure(n_slices=self.n_slices, n_blocks=self.n_blocks,
+        self.structure_ = build_structure(n_slices=self.n_time_slices, n_blocks=self.n_blocks,
                                           prior_strength=self.prior_strength,
                                           persistence=self.persistence, coupling=self.coupling,
                                           rule_evidence=self.rule_evidence,

@@ -29,7 +29,8 @@ def _forget(key_id: int) -> None:
 
 
 def observe(trace: Trace, *, n_slices: int, n_blocks: int, bins: Bins | None,
-            rule_evidence: bool, cause_states: tuple[str, ...]) -> Discretized:
+            rule_evidence: bool, cause_states: tuple[str, ...], slices: bool = True
+            ) -> Discretized:
     """Every observed node's state for ``trace`` (cached per trace and settings).
 
     Parameters
@@ -43,6 +44,8 @@ def observe(trace: Trace, *, n_slices: int, n_blocks: int, bins: Bins | None,
         Add the rules' graded verdict (``rule_strength``, ``rule_failure``, ``rule_cause``).
     cause_states : tuple of str
         The network's root-cause states: a rules' cause outside them reads ``unknown``.
+    slices : bool, default=True
+        False: one slice over the whole run (the run-level-only ablation).
 
     Returns
     -------
@@ -50,13 +53,13 @@ def observe(trace: Trace, *, n_slices: int, n_blocks: int, bins: Bins | None,
         States, slices, blocks, onset, continuous features, and the first event of each
         failure type the rules' extractor found (a sensor of the onset).
     """
-    settings = (len(trace.steps), len(trace.stats), n_slices, n_blocks, repr(bins),
-                rule_evidence, cause_states)
+    settings = (len(trace.steps), len(trace.stats), n_slices if slices else 1, n_blocks,
+                repr(bins), rule_evidence, cause_states)
     key = (id(trace), settings)
     cached = _EVIDENCE_CACHE.get(key)
     if cached is not None:
         return cached
-    disc = _observe(trace, n_slices, n_blocks, bins, rule_evidence, cause_states)
+    disc = _observe(trace, n_slices, n_blocks, bins, rule_evidence, cause_states, slices)
     if not any(k[0] == id(trace) for k in _EVIDENCE_CACHE):
         weakref.finalize(trace, _forget, id(trace))
     _EVIDENCE_CACHE[key] = disc
@@ -64,8 +67,8 @@ def observe(trace: Trace, *, n_slices: int, n_blocks: int, bins: Bins | None,
 
 
 def _observe(trace: Trace, n_slices: int, n_blocks: int, bins: Bins | None,
-             rule_evidence: bool, cause_states: tuple[str, ...]) -> Discretized:
-    disc = discretize(trace, n_slices=n_slices, n_blocks=n_blocks, bins=bins)
+             rule_evidence: bool, cause_states: tuple[str, ...], slices: bool) -> Discretized:
+    disc = discretize(trace, n_slices=n_slices, n_blocks=n_blocks, bins=bins, slices=slices)
     disc.states.update(observe_knobs(trace, bins))
     diagnosis = heuristic_diagnosis(trace)  # the heuristic reasoner: its verdict and run facts
     for hyp in diagnosis.hypotheses:  # module-resolution onsets, read as a sensor

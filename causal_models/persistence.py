@@ -88,7 +88,8 @@ def model_from_dict(cls: Callable[..., M], data: dict[str, Any]) -> M:
     states = {n: tuple(v) for n, v in data["states"].items()}
     parents = {n: tuple(v) for n, v in data["parents"].items()}
     reasoner.structure_ = Structure(states=states, parents=parents, roles=dict(data["roles"]),
-                                prior={}, n_slices=reasoner.n_slices, n_blocks=reasoner.n_blocks)
+                                prior={}, n_slices=reasoner.n_time_slices,
+                                n_blocks=reasoner.n_blocks)
     model = new_network(states, reasoner.structure_.edges)
     cpds = []
     for node, entry in data["cpds"].items():

@@ -236,7 +236,8 @@ def _slice_row(spec: _SliceNode, produce: dict[str, dict[str, float]],
 
 
 def _slice_spec(kind: str, t: int, b: int | None, n_slices: int, n_blocks: int) -> _SliceNode:
-    when = "early" if t < max(1, n_slices - 2) else "late"
+    # one slice (run level only) holds the whole run, its failure included: "late"
+    when = "early" if t < max(1, n_slices - 2) and t < n_slices - 1 else "late"
     neighbour = None
     if kind == "grad" and b is not None and b < n_blocks - 1:
         neighbour = slice_node(kind, t, b + 1)  # gradients flow output -> input
@@ -268,17 +269,19 @@ def _add_failure_type(nodes: NodeTables, n_slices: int, n_blocks: int,
 
     The output block's gradient one slice before the last: gradients that grew before the
     loss turned non-finite are what tells exploding gradients from a divergence
-    (CONTRACT.md, vocabularies).
+    (CONTRACT.md, vocabularies). A single slice (run level only) has no lead.
     """
     last = n_slices - 1
     ft_parents = [slice_node("loss", last)] + [slice_node(k, last, b) for k in ("grad", "act")
                                                for b in range(n_blocks)]
-    lead = slice_node("grad", last - 1, n_blocks - 1)
-    ft_parents.append(lead)
+    lead = slice_node("grad", last - 1, n_blocks - 1) if n_slices > 1 else None
+    if lead is not None:
+        ft_parents.append(lead)
     where_of: dict[str, tuple[str, ...]] = {n: ("late",) if n.startswith("loss") else (
         "late", "output" if n.endswith(f"[{n_blocks - 1}]@{last}") else "input")
         for n in ft_parents}
-    where_of[lead] = ("early" if last - 1 < max(1, n_slices - 2) else "late", "output")
+    if lead is not None:
+        where_of[lead] = ("early" if last - 1 < max(1, n_slices - 2) else "late", "output")
     states = nodes.states
 
     def ft_row(**kw: str) -> np.ndarray:

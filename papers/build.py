@@ -60,13 +60,52 @@ def _disjoint(higher: bool, winner: dict[str, Any], loser: dict[str, Any]) -> bo
     return (winner.get("high") or math.inf) < (loser.get("low") or -math.inf)
 
 
-def _findings(metrics: dict[str, Any]) -> list[str]:
-    """Findings decided from the numbers: one paragraph per question, not one line per pair."""
-    methods = metrics.get("methods", {})
-    ours = [m for m in NEURALDBG if m in methods]
-    peers = [m for m in methods if m not in NEURALDBG and not m.startswith("probabilistic")]
-    out: list[str] = []
-    wins, losses, sep_wins, sep_losses = [], [], [], []
+@dataclass(frozen=True, slots=True)
+class FindingsConfig:
+    """Where the written findings draw their lines.
+
+    Attributes
+    ----------
+    flat_distinct : int, default=2
+        A method whose top-1 confidences take at most this many distinct values is called
+        flat: its ECE says little (a constant answer can be calibrated and useless).
+    significance : float, default=0.05
+        McNemar p-value below which a difference between two methods is called significant.
+    noise_delta : float, default=0.005
+        An ablation's change of a metric is called worse only beyond this (below it the two
+        print the same at two decimals).
+    """
+
+    flat_distinct: int = 2
+    significance: float = 0.05
+    noise_delta: float = 0.005
+
+
+#: The lines :func:`_findings` draws.
+FINDINGS = FindingsConfig()
+
+
+@dataclass(frozen=True, slots=True)
+class _Pairings:
+    """NeuralDBG methods against the ported peers, metric by metric.
+
+    Attributes
+    ----------
+    wins, losses : list of (metric, ours, peer)
+        Pairings where NeuralDBG's point estimate is better / worse.
+    sep_wins, sep_losses : list of (metric, ours, peer)
+        Those whose 95% intervals are disjoint.
+    """
+
+    wins: list[tuple[str, str, str]]
+    losses: list[tuple[str, str, str]]
+    sep_wins: list[tuple[str, str, str]]
+    sep_losses: list[tuple[str, str, str]]
+
+
+def _pairings(methods: dict[str, Any], ours: list[str], peers: list[str]) -> _Pairings:
+    """Every (metric, ours, peer) with both values known and different, won or lost."""
+    res = _Pairings([], [], [], [])
     for key, higher in HIGHER_IS_BETTER.items():
         for o in ours:
             for p in peers:
@@ -74,83 +113,127 @@ def _findings(metrics: dict[str, Any]) -> list[str]:
                 if math.isnan(vo) or math.isnan(vp) or vo == vp:
                     continue
                 if _better(higher, vo, vp):
-                    wins.append((key, o, p))
+                    res.wins.append((key, o, p))
                     if _disjoint(higher, methods[o][key], methods[p][key]):
-                        sep_wins.append((key, o, p))
+                        res.sep_wins.append((key, o, p))
                 else:
-                    losses.append((key, o, p))
+                    res.losses.append((key, o, p))
                     if _disjoint(higher, methods[p][key], methods[o][key]):
-                        sep_losses.append((key, o, p))
-    if wins or losses:
-        text = (f"- **Against the ported peers.** Over {len(HIGHER_IS_BETTER)} metrics, "
-                f"{len(ours)} NeuralDBG methods and {len(peers)} baselines, NeuralDBG scores "
-                f"better in {len(wins)} of {len(wins) + len(losses)} pairings; in "
-                f"{len(sep_wins)} of them the 95% intervals are disjoint.")
-        if losses:
-            worst: dict[tuple[str, str], str] = {}  # (metric, ours) -> the best peer above it
-            for key, o, p in losses:
-                best = worst.get((key, o))
-                if best is None or _better(HIGHER_IS_BETTER[key], _v(methods[p], key),
-                                           _v(methods[best], key)):
-                    worst[(key, o)] = p
-            text += (f" It scores worse in {len(losses)} pairings; against the best peer on "
-                     "each such metric: " + _losses_by_metric(methods, worst))
-            text += (f". Of these, {len(sep_losses)} have disjoint intervals"
-                     + (" (" + ", ".join(f"{NAMES[k]}: `{o}` vs `{p}`"
-                                         for k, o, p in sep_losses) + ")" if sep_losses else "")
-                     + "; the rest are within the noise of this sample.")
-        out.append(text)
-    cw = {m: methods[m].get("confident_wrong") for m in methods if methods[m].get(
-        "confident_wrong")}
-    if cw:
-        best = min(cw, key=lambda m: cw[m]["value"] if cw[m]["value"] is not None else 9)
-        worst = max(cw, key=lambda m: cw[m]["value"] if cw[m]["value"] is not None else -1)
-        out.append(f"- **Confident and wrong.** The cost of trusting a tool is a confident "
-                   f"wrong cause: `{best}` names a specific wrong cause at confidence >= 0.5 on "
-                   f"{R.fmt(cw[best])} of failing runs, `{worst}` on {R.fmt(cw[worst])}. Rule "
-                   f"baselines answer at confidence 1, so every wrong cause they name counts.")
+                        res.sep_losses.append((key, o, p))
+    return res
+
+
+def _peers_finding(methods: dict[str, Any], ours: list[str], peers: list[str]) -> str | None:
+    """How NeuralDBG fares against the ported peers, and against the best on each loss."""
+    pr = _pairings(methods, ours, peers)
+    if not (pr.wins or pr.losses):
+        return None
+    text = (f"- **Against the ported peers.** Over {len(HIGHER_IS_BETTER)} metrics, "
+            f"{len(ours)} NeuralDBG methods and {len(peers)} baselines, NeuralDBG scores "
+            f"better in {len(pr.wins)} of {len(pr.wins) + len(pr.losses)} pairings; in "
+            f"{len(pr.sep_wins)} of them the 95% intervals are disjoint.")
+    if not pr.losses:
+        return text
+    worst: dict[tuple[str, str], str] = {}  # (metric, ours) -> the best peer above it
+    for key, o, p in pr.losses:
+        best = worst.get((key, o))
+        if best is None or _better(HIGHER_IS_BETTER[key], _v(methods[p], key),
+                                   _v(methods[best], key)):
+            worst[(key, o)] = p
+    text += (f" It scores worse in {len(pr.losses)} pairings; against the best peer on "
+             "each such metric: " + _losses_by_metric(methods, worst))
+    named = ", ".join(f"{NAMES[k]}: `{o}` vs `{p}`" for k, o, p in pr.sep_losses)
+    return (text + f". Of these, {len(pr.sep_losses)} have disjoint intervals"
+            + (f" ({named})" if pr.sep_losses else "")
+            + "; the rest are within the noise of this sample.")
+
+
+def _confident_wrong_finding(methods: dict[str, Any]) -> str | None:
+    """The lowest and highest confident-wrong rates."""
+    cw = {m: methods[m].get("confident_wrong") for m in methods
+          if methods[m].get("confident_wrong")}
+    if not cw:
+        return None
+
+    def rate(m: str, missing: float) -> float:
+        return missing if cw[m]["value"] is None else cw[m]["value"]
+
+    best = min(cw, key=lambda m: rate(m, math.inf))
+    worst = max(cw, key=lambda m: rate(m, -math.inf))
+    return (f"- **Confident and wrong.** The cost of trusting a tool is a confident "
+            f"wrong cause: `{best}` names a specific wrong cause at confidence >= 0.5 on "
+            f"{R.fmt(cw[best])} of failing runs, `{worst}` on {R.fmt(cw[worst])}. Rule "
+            f"baselines answer at confidence 1, so every wrong cause they name counts.")
+
+
+def _sharpness_finding(methods: dict[str, Any]) -> str | None:
+    """Distinct top-1 confidence values per method; the flat ones named."""
     sharp = {m: methods[m].get("sharpness_distinct", {}).get("value") for m in methods}
-    flat = [m for m, v in sharp.items() if v is not None and v <= 2]
-    if sharp:
-        out.append("- **Sharpness beside calibration.** Distinct top-1 confidence values: "
-                   + ", ".join(f"`{m}` {int(v)}" for m, v in sharp.items() if v is not None)
-                   + (f". {', '.join(f'`{m}`' for m in flat)} give at most two values, so "
-                      "their ECE says little: a constant answer can be calibrated and useless."
-                      if flat else "."))
+    if not sharp:
+        return None
+    flat = [m for m, v in sharp.items() if v is not None and v <= FINDINGS.flat_distinct]
+    return ("- **Sharpness beside calibration.** Distinct top-1 confidence values: "
+            + ", ".join(f"`{m}` {int(v)}" for m, v in sharp.items() if v is not None)
+            + (f". {', '.join(f'`{m}`' for m in flat)} give at most "
+               f"{_COUNT_WORDS.get(FINDINGS.flat_distinct, FINDINGS.flat_distinct)} values, "
+               "so their ECE says little: a constant answer can be calibrated and useless."
+               if flat else "."))
+
+
+#: Numbers the prose spells out.
+_COUNT_WORDS = {1: "one", 2: "two", 3: "three"}
+
+
+def _mcnemar_finding(metrics: dict[str, Any]) -> str | None:
+    """The exact McNemar tests between the heuristic and the probabilistic model."""
     mc = metrics.get("mcnemar", {})
-    if mc:
-        parts = []
-        for name, r in mc.items():
-            verdict = ("significant" if r["pvalue"] < 0.05 else "not significant")
-            if r["a_only"] == r["b_only"] == 0:
-                verdict = "right on the same runs"
-            pair, metric = name.split(": ", 1)
-            parts.append(f"{NAMES.get(metric, metric)}, `{pair.split(' vs ')[1]}`: "
-                         f"{r['a_only']} runs only the heuristic gets right, {r['b_only']} only "
-                         f"the probabilistic model (p = {r['pvalue']:.3g}, {verdict})")
-        out.append("- **Heuristic vs probabilistic, run by run (McNemar, exact).** "
-                   + "; ".join(parts) + ".")
+    if not mc:
+        return None
+    parts = []
+    for name, r in mc.items():
+        verdict = "significant" if r["pvalue"] < FINDINGS.significance else "not significant"
+        if r["a_only"] == r["b_only"] == 0:
+            verdict = "right on the same runs"
+        pair, metric = name.split(": ", 1)
+        parts.append(f"{NAMES.get(metric, metric)}, `{pair.split(' vs ')[1]}`: "
+                     f"{r['a_only']} runs only the heuristic gets right, {r['b_only']} only "
+                     f"the probabilistic model (p = {r['pvalue']:.3g}, {verdict})")
+    return ("- **Heuristic vs probabilistic, run by run (McNemar, exact).** "
+            + "; ".join(parts) + ".")
+
+
+def _counterfactual_finding(metrics: dict[str, Any]) -> str | None:
+    """``what_if``'s balanced accuracy against the re-runs, beside the baselines'."""
     cfv = metrics.get("counterfactual_validity", {})
     ours_cf = {k: v for k, v in cfv.items() if k.startswith("probabilistic")}
     base_cf = {k: v for k, v in cfv.items() if not k.startswith("probabilistic")}
-    if ours_cf:
-        text = ("- **Counterfactuals.** Balanced accuracy of `what_if` against real re-runs: "
-                + "; ".join(f"`{k}` {R.fmt(v['balanced_accuracy'])} (fixes "
-                            f"{R.fmt(v['accuracy_fixed'])}, still-fails "
-                            f"{R.fmt(v['accuracy_still_fails'])})" for k, v in ours_cf.items()))
-        if base_cf:
-            text += ("; the baselines score " + ", ".join(
-                f"`{k}` {R.fmt(v['balanced_accuracy'])}" for k, v in base_cf.items()))
-            best_base = max(_v(v, "balanced_accuracy") for v in base_cf.values())
-            beat = [k for k, v in ours_cf.items() if _v(v, "balanced_accuracy") > best_base]
-            text += (". " + (f"{', '.join(f'`{k}`' for k in beat)} beat the best baseline "
-                             "on the point estimate" if beat else
-                             "No `what_if` split beats the best baseline")
-                     + " (intervals resample families)")
-        out.append(text + ".")
-    ablation = _ablation_finding(metrics)
-    if ablation:
-        out.append(ablation)
+    if not ours_cf:
+        return None
+    text = ("- **Counterfactuals.** Balanced accuracy of `what_if` against real re-runs: "
+            + "; ".join(f"`{k}` {R.fmt(v['balanced_accuracy'])} (fixes "
+                        f"{R.fmt(v['accuracy_fixed'])}, still-fails "
+                        f"{R.fmt(v['accuracy_still_fails'])})" for k, v in ours_cf.items()))
+    if base_cf:
+        text += ("; the baselines score " + ", ".join(
+            f"`{k}` {R.fmt(v['balanced_accuracy'])}" for k, v in base_cf.items()))
+        best_base = max(_v(v, "balanced_accuracy") for v in base_cf.values())
+        beat = [k for k, v in ours_cf.items() if _v(v, "balanced_accuracy") > best_base]
+        text += (". " + (f"{', '.join(f'`{k}`' for k in beat)} beat the best baseline "
+                         "on the point estimate" if beat else
+                         "No `what_if` split beats the best baseline")
+                 + " (intervals resample families)")
+    return text + "."
+
+
+def _findings(metrics: dict[str, Any]) -> list[str]:
+    """Findings decided from the numbers: one paragraph per question, not one line per pair."""
+    methods = metrics.get("methods", {})
+    ours = [m for m in NEURALDBG if m in methods]
+    peers = [m for m in methods if m not in NEURALDBG and not m.startswith("probabilistic")]
+    found = [_peers_finding(methods, ours, peers), _confident_wrong_finding(methods),
+             _sharpness_finding(methods), _mcnemar_finding(metrics),
+             _counterfactual_finding(metrics), _ablation_finding(metrics)]
+    out = [f for f in found if f]
     missing = metrics.get("notes", {}).get("methods_missing", {})
     for name, why in missing.items():
         out.append(f"- `{name}` could not run in this benchmark ({why}); it has no figures here.")
@@ -162,7 +245,8 @@ def _findings(metrics: dict[str, Any]) -> list[str]:
 ABLATION_NAMES = {"no-rule-sensor": "without the heuristic's verdict as a sensor",
                   "run-level": "without the time slices (run level only)",
                   "priors-only": "its rule priors alone, no fitting",
-                  "observational": "fitted on observational rather than randomised data"}
+                  "randomised": "fitted on the randomised-knob corpus instead of the zoo's "
+                                "observational runs"}
 
 
 def _ablations(metrics: dict[str, Any]) -> dict[str, str]:
@@ -171,15 +255,59 @@ def _ablations(metrics: dict[str, Any]) -> dict[str, str]:
             if m.startswith("probabilistic[family/")}
 
 
+#: What an ablation run must share with the main run for its rows to join the main tables.
+SAME_RUNS_SUITE: tuple[str, ...] = ("families", "n_failure", "n_healthy", "severities",
+                                    "score_seeds", "fit_seeds", "fit_corpus", "fit_params",
+                                    "every", "n_resamples")
+SAME_RUNS_NOTES: tuple[str, ...] = ("zoo_fingerprint", "families", "n_score_runs")
+
+
+def with_ablation_rows(metrics: dict[str, Any], ablation: Path) -> dict[str, Any]:
+    """``metrics`` with the ablation rows of the run in ``ablation`` added, if it fits.
+
+    ``python -m benchmarks --suite ablation`` scores the default suite's runs with the same
+    folds and seeds plus the ablation rows (kept out of ``make bench`` for its time). Its
+    ``probabilistic[family/<name>]`` rows (methods and counterfactual validity) join the
+    main tables when both runs scored the same runs: same zoo fingerprint, families, seeds
+    and fitting settings. Otherwise ``metrics`` is returned unchanged, with the reason in
+    ``metrics["ablation_source"]``.
+    """
+    path = ablation / "metrics.json"
+    if not path.is_file() or _ablations(metrics):
+        return metrics
+    other = json.loads(path.read_text())
+    differ = [f"suite.{k}" for k in SAME_RUNS_SUITE
+              if metrics["suite"].get(k) != other["suite"].get(k)]
+    differ += [f"notes.{k}" for k in SAME_RUNS_NOTES
+               if metrics["notes"].get(k) != other["notes"].get(k)]
+    if differ:
+        return {**metrics, "ablation_source": {"path": str(path), "differs": differ}}
+    rows = {k: v for k, v in other["methods"].items() if k.startswith("probabilistic[family/")}
+    cfv = {k: v for k, v in other.get("counterfactual_validity", {}).items()
+           if k.startswith("probabilistic[family/")}
+    return {**metrics, "methods": {**metrics["methods"], **rows},
+            "counterfactual_validity": {**metrics.get("counterfactual_validity", {}), **cfv},
+            "ablation_source": {"path": str(path), "differs": []}}
+
+
 def _ablation_threat(metrics: dict[str, Any]) -> str:
     rows = _ablations(metrics)
+    source = metrics.get("ablation_source")
+    if not rows and source:
+        return (f"The ablation run in `{Path(source['path']).parent.name}` scored other runs "
+                f"than this one ({', '.join(source['differs'])} differ), so its rows are left "
+                "out and this report does not separate what each part of the probabilistic "
+                "model adds; re-run `python -m benchmarks --suite ablation` at this commit.")
     if not rows:
         return ("This run has no ablation rows (`python -m benchmarks --suite ablation` adds "
                 "them), so it does not separate what each part of the probabilistic model "
                 "adds.")
     missing = [d for k, d in ABLATION_NAMES.items() if k not in rows.values()]
+    via = (" (from `python -m benchmarks --suite ablation`, the same runs and seeds)"
+           if metrics.get("ablation_source") else "")
     return ("The ablation rows score the same leave-one-family-out folds with one part of the "
-            "probabilistic model removed (section 4)"
+            f"probabilistic model removed or, for the randomised row, fitted on other data{via} "
+            "(section 4)"
             + (f"; not in this run: {'; '.join(missing)}." if missing else "."))
 
 
@@ -198,7 +326,7 @@ def _ablation_finding(metrics: dict[str, Any]) -> str | None:
             if not math.isnan(d):
                 worse = d < 0 if HIGHER_IS_BETTER[key] else d > 0
                 deltas.append(f"{NAMES[key]} {R.fmt(m[key])} ({d:+.2f}"
-                              f"{', worse' if worse and abs(d) >= 0.005 else ''})")
+                              f"{', worse' if worse and abs(d) >= FINDINGS.noise_delta else ''})")
         parts.append(f"{ABLATION_NAMES.get(name, name)} (`{label}`): " + ", ".join(deltas))
     return ("- **What each part of the probabilistic model adds (ablations, same folds as "
             "`probabilistic[family]`).** " + "; ".join(parts) + ". A part whose removal "
@@ -492,7 +620,7 @@ def build(results: Path, out: Path, knob_effects: Path | None = None) -> Path:
     if not mpath.is_file():
         raise FileNotFoundError(f"{mpath} not found: run `make bench` (python -m benchmarks "
                                 f"--suite default) first, or pass --results DIR.")
-    metrics = json.loads(mpath.read_text())
+    metrics = with_ablation_rows(json.loads(mpath.read_text()), results.parent / "ablation")
     fig_dir = out / "figures"
     if fig_dir.exists():
         shutil.rmtree(fig_dir)

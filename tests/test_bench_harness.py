@@ -76,10 +76,16 @@ def bench(tmp_path_factory: pytest.TempPathFactory) -> harness.BenchmarkResult:
     out = tmp_path_factory.mktemp("bench")
     suite = SUITES["tiny"].with_(name="tiny-test", latency=True, n_resamples=100,
                                  splits=("architecture", "family"),
-                                 ablations=(("no-rule-sensor", (("rule_evidence", False),)),))
+                                 ablations=(("no-rule-sensor", (("rule_evidence", False),)),
+                                            ("run-level", (("slices", False),))),
+                                 randomised_runs=RANDOMISED_RUNS)
     methods = ["_oracle", "_constant", "heuristic", "autotrainer", "probabilistic"]
     return harness.run_benchmark(suite, out / "tiny", executor=LocalExecutor(1, progress=False),
                                  run_dir=out / "runs", methods=methods)
+
+
+#: Randomised-knob runs of the test suite's "randomised" ablation (one per recipe and more).
+RANDOMISED_RUNS = 4
 
 
 def _truths(rec: pd.DataFrame) -> pd.DataFrame:
@@ -148,6 +154,8 @@ def test_fitted_method_never_scored_on_what_it_was_fitted_on(
     assert prob["run"].is_unique
     for _, f in bench.folds.iterrows():
         assert f["error"] == "", f["error"]
+        if f["split"] == "family/randomised":  # its own test below
+            continue
         fitted = runs.loc[json.loads(f["fit_runs"])]
         assert len(fitted) > 0
         assert (fitted["architecture"] != f["fold"]).all()
@@ -277,3 +285,59 @@ def test_ablation_rows_score_the_same_runs_with_the_switch_live(
     metrics = harness.compute_metrics(bench)
     assert "probabilistic[family/no-rule-sensor]" in metrics["methods"]
     assert not [k for k in metrics["mcnemar"] if "/" in k]  # McNemar: heuristic vs main rows
+
+
+def test_run_level_ablation_observes_one_slice(bench: harness.BenchmarkResult) -> None:
+    rec = bench.records[bench.records["error"] == ""]
+
+    def slices(label: str) -> set[str]:
+        rows = rec[rec["label"] == label]
+        return {k.rsplit("@", 1)[1] for h in rows["hypotheses"] for hyp in json.loads(h)[:1]
+                for k in hyp["metadata"].get("evidence", {}) if "@" in k}
+
+    assert slices("probabilistic[family]") == {"0", "1"}
+    assert slices("probabilistic[family/run-level]") == {"0"}
+    full = set(rec[rec["label"] == "probabilistic[family]"]["run"])
+    assert set(rec[rec["label"] == "probabilistic[family/run-level]"]["run"]) == full
+
+
+def test_randomised_ablation_fits_on_the_randomised_corpus_only(
+        bench: harness.BenchmarkResult) -> None:
+    from benchmarks.knob_effects import RECIPES
+
+    runs = bench.runs.set_index("path")
+    corpus = runs[runs["role"] == "randomised"]
+    assert len(corpus) == RANDOMISED_RUNS and corpus["finished"].all()
+    assert set(corpus["family"]) == set(RECIPES) and (corpus["seed"] >= 2000).all()
+    folds = bench.folds[bench.folds["split"] == "family/randomised"]
+    rec = bench.records[bench.records["label"] == "probabilistic[family/randomised]"]
+    assert (rec["error"] == "").all()
+    assert sorted(rec["run"]) == sorted(_truths(bench.records).index)  # every scored run once
+    for _, f in folds.iterrows():
+        assert f["error"] == "", f["error"]
+        fitted = runs.loc[json.loads(f["fit_runs"])]
+        assert (fitted["role"] == "randomised").all() and f["n_fit"] == len(fitted)
+        scored = set(rec[rec["fold"] == f["fold"]]["family"])
+        assert scored and not scored & set(fitted["family"])  # a recipe never scores itself
+    assert len(folds) < rec["family"].nunique()  # families outside the corpus share one fit
+
+
+def test_randomised_runs_are_labelled_by_the_judge_and_the_cause_rule(
+        bench: harness.BenchmarkResult) -> None:
+    from benchmarks.knob_effects import CauseRule, label_randomised_run
+    from benchmarks.runs import run_outcome
+
+    rule = CauseRule()
+    assert rule.causes({"lr_scale": 20.0, "init_scale": 1.0}) == ["learning_rate_too_high"]
+    assert rule.causes({"lr_scale": 20.0, "activation": "sigmoid"}) == [
+        "learning_rate_too_high", "saturating_activation"]
+    assert rule.causes({"lr_scale": 1.0, "init_scale": 1.0, "activation": "relu"}) == []
+    for path in bench.runs[bench.runs["role"] == "randomised"]["path"]:
+        judged = run_outcome(load(path))["outcome"]
+        gt = label_randomised_run(load(path)).ground_truth
+        assert gt["failure_type"] == judged
+        causes = rule.causes(gt["knobs"])
+        if judged == HEALTHY:
+            assert gt["root_cause"] == "none"
+        else:
+            assert gt["root_cause"] == (causes[0] if len(causes) == 1 else "unknown")
