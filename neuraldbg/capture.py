@@ -220,6 +220,10 @@ class Recorder:
         self._meter = ParamMeter(params, owner, n_mod + 1, cap, dev,
                                  sample_size=cfg.sample_size, groups=groups)
         # Device buffers, one row per step slot (+1 module row: the root's bucket).
+        # the step's output-gradient norms, written by the hooks (views made once)
+        self._gnorms = torch.empty(0, dtype=torch.float32, device=dev)
+        self._gviews: list[torch.Tensor] = []
+        self._gheads: dict[int, torch.Tensor] = {}
         self._log = StepLog([name for name, _ in leaves], cap, dev,
                             has_params=self._has_params, complement=self._complement)
         self._diversity = WeightDiversity(leaves)
@@ -353,8 +357,7 @@ class Recorder:
         self._scale: torch.Tensor | None = None
         self._output_losses: list[torch.Tensor] = []
         self._batch.reset()
-        self._grad_idx: list[int] = []
-        self._grad_vals: list[torch.Tensor] = []
+        self._grad_idx: list[int] = []  # module of each output-gradient norm of the step
 
     # ------------------------------------------------------------------ hooks
     def _root_pre_hook(self, module: nn.Module, inputs: Any) -> None:
@@ -381,18 +384,45 @@ class Recorder:
         if idx not in self._forward_seen:
             self._forward_seen[idx] = len(self._forward_seen)
         # detached: no graph is built from here on, so no no_grad() context is needed
-        row = self._batch.add(idx, x.detach(), needs_grad=x.requires_grad)
-        if x.requires_grad:
-            x.register_hook(partial(self._grad_hook, idx, row))
+        needs_grad = x.requires_grad
+        row = self._batch.add(idx, x.detach(), needs_grad=needs_grad)
+        if needs_grad:
+            node = x.grad_fn
+            if node is not None:  # a pre-hook on the node that receives x's gradient
+                node.register_prehook(partial(self._node_grad_hook, idx, row, x.output_nr))
+            else:  # a leaf (an identity module's input)
+                x.register_hook(partial(self._grad_hook, idx, row))
+
+    def _node_grad_hook(self, idx: int, row: int, nr: int, grad_outputs: Any) -> None:
+        """The gradient of output ``nr`` of the node that made a module's output.
+
+        Registering on the node costs less than ``Tensor.register_hook`` (no Python hook
+        dictionary per tensor) and sees the same gradient: a tensor hook runs as a pre-hook
+        of that node too, also when the output was later modified in place.
+        """
+        grad = grad_outputs[nr]
+        if grad is not None:
+            self._grad_hook(idx, row, grad)
 
     def _grad_hook(self, idx: int, row: int, grad: torch.Tensor) -> None:
         if self.scaler is not None and self._scale is None:
             self._scale = scaler_scale(self.scaler)  # the scale of this backward
         if grad.requires_grad:  # a double backward (create_graph=True): build no graph
             grad = grad.detach()
-        self._grad_vals.append(torch.linalg.vector_norm(grad, dtype=torch.float32))
+        k = len(self._grad_idx)
+        if k >= len(self._gviews):
+            self._grow_grad_norms(k + 1)
+        torch.linalg.vector_norm(grad, dtype=torch.float32, out=self._gviews[k])
         self._grad_idx.append(idx)
         self._batch.mark_grad(row)
+
+    def _grow_grad_norms(self, need: int) -> None:
+        """Room for ``need`` output-gradient norms in the step (kept values copied)."""
+        old, k = self._gnorms, len(self._grad_idx)
+        self._gnorms = torch.empty(max(2 * need, 64), dtype=torch.float32, device=self._device)
+        self._gnorms[:k].copy_(old[:k])
+        self._gviews = list(self._gnorms.unbind(0))
+        self._gheads.clear()
 
     def _pre_step_hook(self, k: int, optimizer: torch.optim.Optimizer, args: Any,
                        kwargs: Any) -> tuple[Any, Any] | None:
@@ -540,8 +570,12 @@ class Recorder:
         self._batch.close(act_sums, dead, max_abs, log.den[slot])
         if self._grad_idx:
             log.den[slot, :, _GRADS] += np.bincount(self._grad_idx, minlength=log.den.shape[1])
+            m = len(self._grad_idx)
+            head = self._gheads.get(m)
+            if head is None:
+                head = self._gheads[m] = self._gnorms[:m]
             with torch.no_grad():
-                squares = torch.stack(self._grad_vals).square_()
+                squares = head.square_()  # the norms are rewritten next step
                 if self._scale is not None:  # measured on the scaled backward
                     squares = squares / self._scale.square()
                 grad.index_add_(0, self._device_index(self._grad_idx), squares)
