@@ -34,6 +34,7 @@ from neuraldbg.statistics import (
     condition_table,
     sample_stride,
     sample_sums,
+    work_views,
     saturated_counts,
     unit_dims,
 )
@@ -115,7 +116,8 @@ class ActivationBatch:
         self._work = torch.full((max(len(families), 1), WORK_ROWS, sample_size), math.nan,
                                 dtype=torch.float32, device=device)
         self._buf = self._work[:, 0]
-        self._scratch = torch.empty(self._buf.shape, dtype=torch.float32, device=device)
+        self._scratch = torch.empty((self._buf.shape[0], 1, sample_size), dtype=torch.float32,
+                                    device=device)
         self._filled = [0] * self._buf.shape[0]  # sampled length last written in each row
         # Per call, its units' largest |x| (written by the hook), concatenated in call order,
         # and their zero indicators (written at close); views of slots are cached.
@@ -272,7 +274,7 @@ class ActivationBatch:
                                 device=self._device)
         self._work[:old.shape[0], 0, :old.shape[2]].copy_(old[:, 0])
         self._buf = self._work[:, 0]
-        self._scratch = torch.empty((r, w), dtype=torch.float32, device=self._device)
+        self._scratch = torch.empty((r, 1, w), dtype=torch.float32, device=self._device)
         self._filled += [0] * (r - len(self._filled))
         self._rows.clear()
         self._heads.clear()
@@ -330,23 +332,22 @@ class ActivationBatch:
             key = (n, self._n_units)
             views = self._heads.get(key)
             if views is None:
-                views = self._heads[key] = (self._work[:n], self._scratch[:n],
-                                            self._ubuf[:self._n_units],
-                                            self._ueq[:self._n_units])
-            work, scratch, units, zero = views
+                work = self._work[:n]
+                views = self._heads[key] = (work, self._scratch[:n], self._ubuf[:self._n_units],
+                                            self._ueq[:self._n_units], work_views(work))
+            work, scratch, units, zero, parts = views
         else:
             (work, units), scratch = gathered, self._scratch[:n]
-            zero = self._ueq[:units.shape[0]]
-        samples = work[:, 0]
+            zero, parts = self._ueq[:units.shape[0]], work_views(work)
         plan = self._plan()
         with torch.no_grad():
-            sums = sample_sums(work, scratch=scratch)
+            sums = sample_sums(work, scratch=scratch, views=parts)
             act_sums[:, :_SAT].index_add_(0, plan.call_index, sums)
             if plan.sat_calls is not None:  # only families with a saturated range
                 assert plan.sat_index is not None and plan.sat_centres is not None
                 assert plan.sat_thresholds is not None
                 act_sums[:, _SAT].index_add_(0, plan.sat_index, saturated_counts(
-                    samples.index_select(0, plan.sat_calls), plan.sat_centres,
+                    work[:, 0].index_select(0, plan.sat_calls), plan.sat_centres,
                     plan.sat_thresholds))
             dead.index_add_(0, plan.unit_index, torch.eq(units, 0, out=zero))
             max_abs.scatter_reduce_(0, plan.unit_index, units, "amax")

@@ -383,9 +383,14 @@ class Recorder:
         idx = self._index[id(module)]
         if idx not in self._forward_seen:
             self._forward_seen[idx] = len(self._forward_seen)
-        # detached: no graph is built from here on, so no no_grad() context is needed
         needs_grad = x.requires_grad
-        row = self._batch.add(idx, x.detach(), needs_grad=needs_grad)
+        # grad mode off (gradients were enabled: checked above) rather than x.detach(): no
+        # graph is built and no dispatched op is spent per call
+        torch._C._set_grad_enabled(False)
+        try:
+            row = self._batch.add(idx, x, needs_grad=needs_grad)
+        finally:
+            torch._C._set_grad_enabled(True)
         if needs_grad:
             node = x.grad_fn
             if node is not None:  # a pre-hook on the node that receives x's gradient

@@ -32,6 +32,41 @@ __all__ = ["ParamMeter"]
 GRAD, PARAM, UPDATE = 0, 1, 2
 
 
+class _FlatUpdate:
+    """Update norms of several parameters with a fixed number of operations.
+
+    The measured elements of every parameter (1-D views that track the parameters) are
+    copied side by side into one flat snapshot before the step; after it, one difference,
+    one squaring and one ``index_add_`` give every parameter's ``||dW||^2`` (summed in
+    float64), whatever the number of parameters: on the CPU a ``torch._foreach_*`` call
+    dispatches one operation per tensor.
+    """
+
+    def __init__(self, views: list[torch.Tensor]) -> None:
+        self.views = views
+        sizes = [v.numel() for v in views]
+        first = views[0]
+        self._snap = torch.empty(sum(sizes), dtype=first.dtype, device=first.device)
+        self._now = torch.empty_like(self._snap)
+        self._diff = torch.empty(sum(sizes), dtype=torch.float64, device=first.device)
+        self._sums = torch.empty(len(views), dtype=torch.float64, device=first.device)
+        self._index = torch.repeat_interleave(
+            torch.arange(len(views), device=first.device),
+            torch.tensor(sizes, device=first.device))
+        self.take()
+
+    def take(self) -> None:
+        """Snapshot the measured elements (before the step)."""
+        torch.cat(self.views, out=self._snap)
+
+    def norms(self, out: torch.Tensor) -> None:
+        """Write ``||W_now - W_snapshot||`` of each parameter into ``out``."""
+        torch.cat(self.views, out=self._now)
+        diff = torch.sub(self._now, self._snap, out=self._diff).square_()
+        self._sums.zero_().index_add_(0, self._index, diff)
+        out.copy_(self._sums.sqrt_())
+
+
 class ParamMeter:
     """Gradient, parameter and update norms of the trainable parameters, per step.
 
@@ -76,7 +111,7 @@ class ParamMeter:
         self._norms = torch.full((capacity, 3, len(params)), math.nan, dtype=torch.float32,
                                  device=device)
         self._zero = torch.zeros((), device=device)
-        self._snapshot: dict[int, list[torch.Tensor]] = {}
+        self._snapshot: dict[int, _FlatUpdate | list[torch.Tensor]] = {}
         self._fresh: set[int] = set()
         # Views made once and reused every step (each view is a dispatched op on the hot
         # path): output rows of the buffer, and the measured elements of each parameter,
@@ -102,8 +137,9 @@ class ParamMeter:
         cached = self._views.get(key)
         if cached is not None and cached[0] == ptrs:
             return cached[1]
-        with torch.no_grad():
-            views = [p.detach() if k == 1 else p.detach().view(-1)[::k]
+        with torch.no_grad():  # flat where the storage allows (see _FlatUpdate)
+            views = [(p.detach().view(-1) if p.is_contiguous() else p.detach()) if k == 1
+                     else p.detach().view(-1)[::k]
                      for p, k in zip(params, self._strides[start:stop], strict=True)]
         self._views[key] = (ptrs, views)
         return views
@@ -172,10 +208,14 @@ class ParamMeter:
             if snapshot and upd > start:
                 views = self._update_views(key, start, upd)
                 snap = self._snapshot.get(key)
-                if snap is None:
-                    self._snapshot[key] = [v.clone() for v in views]
-                else:
+                if isinstance(snap, _FlatUpdate) and snap.views is views:
+                    snap.take()
+                elif all(v.dim() == 1 and v.dtype == views[0].dtype for v in views):
+                    self._snapshot[key] = _FlatUpdate(views)
+                elif isinstance(snap, list):
                     torch._foreach_copy_(snap, views)
+                else:
+                    self._snapshot[key] = [v.clone() for v in views]
                 self._fresh.add(key)
 
     def after_update(self, slot: int, *, group: int | None = None) -> None:
@@ -188,6 +228,9 @@ class ParamMeter:
                                                                    self.groups[group][2])
         snap = self._snapshot[key]
         with torch.no_grad():
+            if isinstance(snap, _FlatUpdate):
+                snap.norms(self._row(slot, UPDATE, key))
+                return
             torch._foreach_sub_(snap, self._update_views(key, start, upd))
             torch.stack(torch._foreach_norm(snap), out=self._row(slot, UPDATE, key))
 

@@ -32,6 +32,7 @@ __all__ = [
     "condition_table",
     "sample_sums",
     "WORK_ROWS",
+    "work_views",
     "saturated_counts",
     "CONDITIONS",
     "ACT_SUMS",
@@ -146,7 +147,17 @@ def condition_table(family: str, *, sigmoid_margin: float, tanh_margin: float,
 WORK_ROWS = 5
 
 
-def sample_sums(work: torch.Tensor, *, scratch: torch.Tensor | None = None) -> torch.Tensor:
+def work_views(work: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Views of a work block used by :func:`sample_sums` (cache them: a view is an op).
+
+    Returns the samples ``(n, 1, width)``, the squares row and the indicator rows.
+    """
+    return work[:, :1], work[:, 1:2], work[:, 2:]
+
+
+def sample_sums(work: torch.Tensor, *, scratch: torch.Tensor | None = None,
+                views: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+                ) -> torch.Tensor:
     """Sums and counts of a step's activation samples, all calls at once, no host sync.
 
     Parameters
@@ -156,8 +167,10 @@ def sample_sums(work: torch.Tensor, *, scratch: torch.Tensor | None = None) -> t
         call, padded with NaN. Rows 1 to 4 are overwritten (squares, then the indicators of
         the first three :data:`CONDITIONS`), so that one reduction gives every column.
     scratch : torch.Tensor, optional
-        ``(n_calls, width)`` float32 work space for ``|x|``, so that no temporary is
+        ``(n_calls, 1, width)`` float32 work space for ``|x|``, so that no temporary is
         allocated per step (on the CPU each one costs page faults).
+    views : tuple of torch.Tensor, optional
+        ``work_views(work)``, made once by a caller that reuses ``work``.
 
     Returns
     -------
@@ -165,14 +178,14 @@ def sample_sums(work: torch.Tensor, *, scratch: torch.Tensor | None = None) -> t
         ``(n_calls, 5)``: sum, sum of squares (NaN elements left out), then the counts of
         the first three :data:`CONDITIONS` (not NaN, non-zero, infinite), whose centre is 0
         for every family. A count is ``|x| > t`` written as 0.0/1.0 into the float work
-        block (a NaN compares false) and summed with the moments in one ``nansum``: five
+        block (a NaN compares false) and summed with the moments in one ``nansum``: four
         dispatched operations whatever the number of calls. The family's saturation,
         counted only where a family has one, is :func:`saturated_counts`.
     """
-    samples = work[:, 0]
-    torch.square(samples, out=work[:, 1])
-    absolute = torch.abs(samples, out=scratch if scratch is not None else None)
-    torch.gt(absolute.unsqueeze(1), _zero_centred_thresholds(work.device), out=work[:, 2:])
+    samples, squares, indicators = views if views is not None else work_views(work)
+    torch.square(samples, out=squares)
+    absolute = torch.abs(samples, out=scratch)
+    torch.gt(absolute, _zero_centred_thresholds(work.device), out=indicators)
     return work.nansum(-1)
 
 
