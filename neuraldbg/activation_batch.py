@@ -28,21 +28,24 @@ import numpy as np
 import torch
 
 from neuraldbg.statistics import (
-    CONDITIONS,
     DEN,
     WORK_ROWS,
     condition_table,
     sample_stride,
     sample_sums,
-    work_views,
     saturated_counts,
     unit_dims,
+    work_views,
 )
 
 __all__ = ["ActivationBatch"]
 
-_SAT = 2 + CONDITIONS.index("saturated")  # column of the saturated count in sample_sums
 _LARGE = 1 << 16  # outputs above this many elements avoid a full-size |x| temporary
+
+
+#: Views of the first n calls: work blocks, scratch, units, zero indicators, work_views.
+_Heads = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
+               tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,7 +132,7 @@ class ActivationBatch:
         self._shapes: dict[tuple[Any, ...], tuple[int, int, int, int, int, int]] = {}
         self._rows: dict[tuple[int, int], torch.Tensor] = {}  # buffer row views, reused
         # first n calls' work blocks and scratch, and the step's units (keyed by both counts)
-        self._heads: dict[tuple[int, int], tuple[torch.Tensor, ...]] = {}
+        self._heads: dict[tuple[int, int], _Heads] = {}
         self.reset()
 
     def reset(self) -> None:
@@ -141,6 +144,7 @@ class ActivationBatch:
         self._softmax_rows: list[int] = []
         self._needs_grad: list[bool] = []
         self._got_grad: list[bool] = []
+        self._waiting = 0  # calls whose output needs a gradient not seen yet
 
     def __len__(self) -> int:
         """Number of recorded calls."""
@@ -197,6 +201,7 @@ class ActivationBatch:
         self._den.append(den)
         self._needs_grad.append(needs_grad)
         self._got_grad.append(False)
+        self._waiting += needs_grad
         return row
 
     def _shape_plan(self, idx: int, x: torch.Tensor,
@@ -227,8 +232,10 @@ class ActivationBatch:
 
     def mark_grad(self, row: int) -> None:
         """The output of call ``row`` received its gradient: it belongs to a training step."""
-        if row < len(self._got_grad):
-            self._got_grad[row] = True
+        got = self._got_grad
+        if row < len(got) and not got[row]:
+            got[row] = True
+            self._waiting -= self._needs_grad[row]
 
     def _drop_untrained(self) -> tuple[torch.Tensor, torch.Tensor] | None:
         """Leave out calls that took no part in the step's backward.
@@ -236,6 +243,8 @@ class ActivationBatch:
         Returns ``None`` when every call is kept (the buffers are used as they are), else
         the kept calls' work blocks and unit maxima, gathered.
         """
+        if not self._waiting:
+            return None  # every call that needed a gradient got one
         trained = {idx for idx, got in zip(self.calls, self._got_grad, strict=True) if got}
         keep = [i for i, (idx, need, got) in
                 enumerate(zip(self.calls, self._needs_grad, self._got_grad, strict=True))
@@ -251,6 +260,7 @@ class ActivationBatch:
         self._den = [self._den[i] for i in keep]
         self._needs_grad = [True] * len(keep)
         self._got_grad = [True] * len(keep)
+        self._waiting = 0
         if not keep:
             return self._work[:0], self._ubuf[:0]
         index = torch.tensor(keep, dtype=torch.long, device=self._device)
@@ -308,15 +318,19 @@ class ActivationBatch:
                 self._plans[key] = plan
         return plan
 
-    def close(self, act_sums: torch.Tensor, dead: torch.Tensor, max_abs: torch.Tensor,
-              den: np.ndarray) -> None:
+    def close(self, act_sums: torch.Tensor, saturated: torch.Tensor, dead: torch.Tensor,
+              max_abs: torch.Tensor, den: np.ndarray) -> None:
         """Add the step's statistics into one step's buffer rows (the caller then resets).
+
+        No gradient mode is needed: no tensor involved requires a gradient.
 
         Parameters
         ----------
         act_sums : torch.Tensor
-            ``(n_modules + 1, len(ACT_SUMS) - 1)`` sums of the step, all but ``dead``
+            ``(n_modules + 1, 5)`` sums of the step: the columns of :func:`sample_sums`
             (a device view).
+        saturated : torch.Tensor
+            ``(n_modules + 1,)`` saturated counts of the step (a device view).
         dead : torch.Tensor
             ``(n_modules + 1,)`` dead-unit counts of the step (a device view).
         max_abs : torch.Tensor
@@ -340,19 +354,17 @@ class ActivationBatch:
             (work, units), scratch = gathered, self._scratch[:n]
             zero, parts = self._ueq[:units.shape[0]], work_views(work)
         plan = self._plan()
-        with torch.no_grad():
-            sums = sample_sums(work, scratch=scratch, views=parts)
-            act_sums[:, :_SAT].index_add_(0, plan.call_index, sums)
-            if plan.sat_calls is not None:  # only families with a saturated range
-                assert plan.sat_index is not None and plan.sat_centres is not None
-                assert plan.sat_thresholds is not None
-                act_sums[:, _SAT].index_add_(0, plan.sat_index, saturated_counts(
-                    work[:, 0].index_select(0, plan.sat_calls), plan.sat_centres,
-                    plan.sat_thresholds))
-            dead.index_add_(0, plan.unit_index, torch.eq(units, 0, out=zero))
-            max_abs.scatter_reduce_(0, plan.unit_index, units, "amax")
-            if plan.softmax_index is not None:  # index tensors are cached: no copy per step
-                act_sums[:, _SAT].index_add_(0, plan.softmax_index,
-                                             torch.stack([c for _, c in self._softmax])
-                                             .to(torch.float32))
+        sums = sample_sums(work, scratch=scratch, views=parts)
+        act_sums.index_add_(0, plan.call_index, sums)
+        if plan.sat_calls is not None:  # only families with a saturated range
+            assert plan.sat_index is not None and plan.sat_centres is not None
+            assert plan.sat_thresholds is not None
+            saturated.index_add_(0, plan.sat_index, saturated_counts(
+                work[:, 0].index_select(0, plan.sat_calls), plan.sat_centres,
+                plan.sat_thresholds))
+        dead.index_add_(0, plan.unit_index, torch.eq(units, 0, out=zero))
+        max_abs.scatter_reduce_(0, plan.unit_index, units, "amax")
+        if plan.softmax_index is not None:  # index tensors are cached: no copy per step
+            saturated.index_add_(0, plan.softmax_index,
+                                 torch.stack([c for _, c in self._softmax]).to(torch.float32))
         den[:, :len(DEN) - 1] += plan.den

@@ -571,19 +571,18 @@ class Recorder:
         in the middle of a step (which flushes) never splits a step across rows.
         """
         log = self._log
-        act_sums, dead, max_abs, grad = log.rows[slot]
-        self._batch.close(act_sums, dead, max_abs, log.den[slot])
+        act_sums, saturated, dead, max_abs, grad = log.rows[slot]
+        self._batch.close(act_sums, saturated, dead, max_abs, log.den[slot])
         if self._grad_idx:
             log.den[slot, :, _GRADS] += np.bincount(self._grad_idx, minlength=log.den.shape[1])
             m = len(self._grad_idx)
             head = self._gheads.get(m)
             if head is None:
                 head = self._gheads[m] = self._gnorms[:m]
-            with torch.no_grad():
-                squares = head.square_()  # the norms are rewritten next step
-                if self._scale is not None:  # measured on the scaled backward
-                    squares = squares / self._scale.square()
-                grad.index_add_(0, self._device_index(self._grad_idx), squares)
+            squares = head.square_()  # (rewritten next step; nothing here requires grad)
+            if self._scale is not None:  # measured on the scaled backward
+                squares = squares / self._scale.square()
+            grad.index_add_(0, self._device_index(self._grad_idx), squares)
 
     def _update_sampling(self, host_loss: float | None) -> None:
         cfg = self.cfg

@@ -191,32 +191,43 @@ class ParamMeter:
         if stop <= start:
             return
         grads = self._grads(start, stop)
-        with torch.no_grad():  # parameters are read directly: no detach per step
+        # grad mode off while parameters are read directly (no detach per step); set and
+        # restored by hand: ``torch.no_grad()`` costs more Python than the step's one op
+        enabled = torch.is_grad_enabled()
+        torch._C._set_grad_enabled(False)
+        try:
             if not recorded:
                 if grads is not None:
                     torch.stack(torch._foreach_norm(grads), out=self._row(slot, GRAD, key))
                 return
-            weights: list[torch.Tensor] = list(self.params[start:stop])
-            if grads is None:
-                torch.stack(torch._foreach_norm(weights), out=self._norms[slot, PARAM, start:stop])
+            self._recorded_norms(slot, key, start, stop, upd, grads, snapshot)
+        finally:
+            torch._C._set_grad_enabled(enabled)
+
+    def _recorded_norms(self, slot: int, key: int, start: int, stop: int, upd: int,
+                        grads: list[torch.Tensor] | None, snapshot: bool) -> None:
+        """Gradient and parameter norms, and the update snapshot, of a recorded step."""
+        weights: list[torch.Tensor] = list(self.params[start:stop])
+        if grads is None:
+            torch.stack(torch._foreach_norm(weights), out=self._norms[slot, PARAM, start:stop])
+        else:
+            out = self._row(slot, -1, key)
+            norms = torch.stack(torch._foreach_norm(grads + weights),
+                                out=out if out.dim() == 1 else None)
+            if out.dim() != 1:
+                out.copy_(norms.view(2, -1))
+        if snapshot and upd > start:
+            views = self._update_views(key, start, upd)
+            snap = self._snapshot.get(key)
+            if isinstance(snap, _FlatUpdate) and snap.views is views:
+                snap.take()
+            elif all(v.dim() == 1 and v.dtype == views[0].dtype for v in views):
+                self._snapshot[key] = _FlatUpdate(views)
+            elif isinstance(snap, list):
+                torch._foreach_copy_(snap, views)
             else:
-                out = self._row(slot, -1, key)
-                norms = torch.stack(torch._foreach_norm(grads + weights),
-                                    out=out if out.dim() == 1 else None)
-                if out.dim() != 1:
-                    out.copy_(norms.view(2, -1))
-            if snapshot and upd > start:
-                views = self._update_views(key, start, upd)
-                snap = self._snapshot.get(key)
-                if isinstance(snap, _FlatUpdate) and snap.views is views:
-                    snap.take()
-                elif all(v.dim() == 1 and v.dtype == views[0].dtype for v in views):
-                    self._snapshot[key] = _FlatUpdate(views)
-                elif isinstance(snap, list):
-                    torch._foreach_copy_(snap, views)
-                else:
-                    self._snapshot[key] = [v.clone() for v in views]
-                self._fresh.add(key)
+                self._snapshot[key] = [v.clone() for v in views]
+            self._fresh.add(key)
 
     def after_update(self, slot: int, *, group: int | None = None) -> None:
         """``||dW||`` per parameter across the step just taken (when a snapshot was taken)."""
