@@ -62,12 +62,14 @@ class _Plan:
     softmax_index: torch.Tensor | None  # module row of each softmax call, in call order
 
 
-def _unit_max(x: torch.Tensor, channel_first: bool, out: torch.Tensor) -> torch.Tensor | None:
+def _unit_max(x: torch.Tensor, channel_first: bool, out: torch.Tensor,
+              scratch: torch.Tensor | None) -> torch.Tensor | None:
     """Largest |x| of each unit over the batch (NaN where a NaN is present).
 
     A float32 output of at most ``_LARGE`` elements is reduced straight into ``out`` (the
-    ``(n_units,)`` slot of the step's unit buffer) and ``None`` is returned; otherwise the
-    result is returned for the caller to copy in.
+    ``(n_units,)`` slot of the step's unit buffer), its ``|x|`` written into ``scratch``
+    (a reused tensor of x's shape, so no temporary is allocated), and ``None`` is
+    returned; otherwise the result is returned for the caller to copy in.
     """
     if x.dim() < 2:
         if x.dtype == torch.float32:
@@ -77,7 +79,8 @@ def _unit_max(x: torch.Tensor, channel_first: bool, out: torch.Tensor) -> torch.
     dims = unit_dims(x.dim(), channel_first)
     if x.numel() <= _LARGE:
         if x.dtype == torch.float32:
-            torch.amax(x.abs(), dim=dims, out=out)
+            torch.amax(torch.abs(x, out=scratch) if scratch is not None else x.abs(), dim=dims,
+                       out=out)
             return None
         return x.abs().amax(dim=dims)
     # A large output: no |x| temporary of its size; inner (contiguous) dims reduce first.
@@ -127,6 +130,8 @@ class ActivationBatch:
         self._ubuf = torch.empty(1024, dtype=torch.float32, device=device)
         self._ueq = torch.empty(1024, dtype=torch.float32, device=device)
         self._uviews: dict[tuple[int, int], torch.Tensor] = {}
+        self._abs_flat = torch.empty(_LARGE, dtype=torch.float32, device=device)
+        self._abs: dict[torch.Size, torch.Tensor] = {}  # views of _abs_flat per shape
         self._plans: dict[tuple[Any, ...], _Plan] = {}
         # per (module, output shape, contiguous): denominators and the sampling stride
         self._shapes: dict[tuple[Any, ...], tuple[int, int, int, int, int, int]] = {}
@@ -171,7 +176,12 @@ class ActivationBatch:
         uv = self._uviews.get((off, n_u))
         if uv is None:
             uv = self._uviews[(off, n_u)] = self._ubuf[off:off + n_u]
-        units = _unit_max(x, self._channel_first[idx], uv)
+        scratch = None
+        if n_u < shape[2] <= _LARGE:  # |x| of a small output goes into a reused tensor
+            scratch = self._abs.get(x.shape)
+            if scratch is None:
+                scratch = self._abs[x.shape] = self._abs_flat[:shape[2]].view(x.shape)
+        units = _unit_max(x, self._channel_first[idx], uv, scratch)
         if units is not None:
             uv.copy_(units)
         self._n_units = off + n_u

@@ -220,6 +220,9 @@ class Recorder:
         self._meter = ParamMeter(params, owner, n_mod + 1, cap, dev,
                                  sample_size=cfg.sample_size, groups=groups)
         # Device buffers, one row per step slot (+1 module row: the root's bucket).
+        self._stepped: set[int] = set()  # optimizers that stepped in the open step
+        self._output_losses: list[torch.Tensor] = []  # losses read from model outputs
+        self._grad_idx: list[int] = []  # module of each output-gradient norm of the step
         # the step's output-gradient norms, written by the hooks (views made once)
         self._gnorms = torch.empty(0, dtype=torch.float32, device=dev)
         self._gviews: list[torch.Tensor] = []
@@ -350,14 +353,18 @@ class Recorder:
         self._loss_given = False           # dbg.step(loss) was called for the open step
         self._has_loss = False             # ... with a loss
         self._host_loss: float | None = None
-        self._stepped: set[int] = set()     # optimizers that stepped in the open step
+        if self._stepped:  # (emptied only when used: this runs every step)
+            self._stepped = set()
         self._measured = False             # parameter-side norms taken for the open step
         self._lr: float | torch.Tensor = float("nan")
         self._loss: float | torch.Tensor = float("nan")
         self._scale: torch.Tensor | None = None
-        self._output_losses: list[torch.Tensor] = []
-        self._batch.reset()
-        self._grad_idx: list[int] = []  # module of each output-gradient norm of the step
+        if self._output_losses:
+            self._output_losses = []
+        if len(self._batch):
+            self._batch.reset()
+        if self._grad_idx:
+            self._grad_idx = []
 
     # ------------------------------------------------------------------ hooks
     def _root_pre_hook(self, module: nn.Module, inputs: Any) -> None:
