@@ -1,12 +1,14 @@
 """One recorded step's activation statistics: gathered by forward hooks, reduced at once.
 
 On a small model the cost of a hook is the number of tensor operations it dispatches, not
-their arithmetic (a few microseconds each on the CPU). A hook therefore does three: the
-largest |x| of each unit over the batch, and a strided sample of the output copied into a
-row of a preallocated device buffer. When the step closes, :meth:`ActivationBatch.close`
-reduces every call's sample in one pass (:func:`~neuraldbg.statistics.sample_sums`) and
-adds the results into the capture's buffer rows with ``index_add_``, about fifteen
-operations per step whatever the number of modules.
+their arithmetic (a few microseconds each on the CPU). A hook therefore does four, and
+allocates nothing: ``|x|`` into a reused tensor and the largest of each unit over the batch
+straight into the step's unit buffer (``out=``), and a strided sample of the output copied
+into a row of a preallocated work block. When the step closes, :meth:`ActivationBatch.close`
+reduces every call's sample in one pass (:func:`~neuraldbg.statistics.sample_sums`: four
+operations write squares and condition indicators beside the samples and one ``nansum``
+reduces them all) and adds the results into the capture's buffer rows with ``index_add_``,
+about ten operations per step whatever the number of modules.
 
 The buffer holds samples only until the step closes; no activation outlives its step, and
 nothing is read on the host.

@@ -2,10 +2,10 @@
 
 The hot path never synchronises the host. A forward hook takes each unit's largest |x| and
 a strided sample of the output into a per-step device buffer
-(:class:`neuraldbg.activation_batch.ActivationBatch`), and a tensor hook on the output the
-norm of its gradient; when :meth:`Recorder.step` closes the step, every call's sample is
-reduced at once and added into preallocated buffers on the model's device with
-``index_add_``. Parameter-side norms go into a per-step device buffer too
+(:class:`neuraldbg.activation_batch.ActivationBatch`), and a pre-hook on the autograd node
+that made the output the norm of its gradient (:class:`neuraldbg.grad_norms.OutputGradNorms`);
+when :meth:`Recorder.step` closes the step, every call's sample is reduced at once and added
+into preallocated buffers on the model's device with ``index_add_``. Parameter-side norms go into a per-step device buffer too
 (:class:`neuraldbg.param_norms.ParamMeter`). The buffers are copied to the host once per
 flush (``flush_every`` steps). No activation outlives its step; a hook never changes an
 output or a gradient, and never branches on a tensor value. Between recorded steps
@@ -42,6 +42,7 @@ from torch import nn
 from neuraldbg.activation_batch import ActivationBatch
 from neuraldbg.capture_config import CaptureConfig, first_float_tensor
 from neuraldbg.errors import CaptureError, NeuralDbgWarning
+from neuraldbg.grad_norms import OutputGradNorms
 from neuraldbg.host_values import LossProbe, read_lr
 from neuraldbg.module_table import module_table, monitored_modules, parameter_owners
 from neuraldbg.optimizers import as_optimizers, group_by_optimizer, scaler_scale
@@ -208,7 +209,6 @@ class Recorder:
         first = next(self.model.parameters(), None)
         self._device = first.device if first is not None else torch.device("cpu")
         dev, n_mod, cap = self._device, len(leaves), self.cfg.flush_every
-        self._index_cache: dict[tuple[int, ...], torch.Tensor] = {}
         self._has_params = self._modules["n_trainable"].to_numpy() > 0
         self._complement = self._modules["activation_family"].to_numpy() == "smooth"
         cfg = self.cfg
@@ -222,24 +222,10 @@ class Recorder:
         # Device buffers, one row per step slot (+1 module row: the root's bucket).
         self._stepped: set[int] = set()  # optimizers that stepped in the open step
         self._output_losses: list[torch.Tensor] = []  # losses read from model outputs
-        self._grad_idx: list[int] = []  # module of each output-gradient norm of the step
-        # the step's output-gradient norms, written by the hooks (views made once)
-        self._gnorms = torch.empty(0, dtype=torch.float32, device=dev)
-        self._gviews: list[torch.Tensor] = []
-        self._gheads: dict[int, torch.Tensor] = {}
+        self._out_grads = OutputGradNorms(dev)  # the step's output-gradient norms
         self._log = StepLog([name for name, _ in leaves], cap, dev,
                             has_params=self._has_params, complement=self._complement)
         self._diversity = WeightDiversity(leaves)
-
-    def _device_index(self, idx: list[int] | tuple[int, ...]) -> torch.Tensor:
-        """A cached device tensor of module indices (no host-to-device copy per step)."""
-        key = tuple(idx)
-        t = self._index_cache.get(key)
-        if t is None:
-            t = torch.tensor(key, dtype=torch.long, device=self._device)
-            if len(self._index_cache) < 4096:
-                self._index_cache[key] = t
-        return t
 
     # --------------------------------------------------------------- lifecycle
     def __enter__(self) -> Recorder:
@@ -363,8 +349,8 @@ class Recorder:
             self._output_losses = []
         if len(self._batch):
             self._batch.reset()
-        if self._grad_idx:
-            self._grad_idx = []
+        if len(self._out_grads):
+            self._out_grads.reset()
 
     # ------------------------------------------------------------------ hooks
     def _root_pre_hook(self, module: nn.Module, inputs: Any) -> None:
@@ -406,12 +392,7 @@ class Recorder:
                 x.register_hook(partial(self._grad_hook, idx, row))
 
     def _node_grad_hook(self, idx: int, row: int, nr: int, grad_outputs: Any) -> None:
-        """The gradient of output ``nr`` of the node that made a module's output.
-
-        Registering on the node costs less than ``Tensor.register_hook`` (no Python hook
-        dictionary per tensor) and sees the same gradient: a tensor hook runs as a pre-hook
-        of that node too, also when the output was later modified in place.
-        """
+        """The gradient of output ``nr`` of the node that made a module's output."""
         grad = grad_outputs[nr]
         if grad is not None:
             self._grad_hook(idx, row, grad)
@@ -421,20 +402,8 @@ class Recorder:
             self._scale = scaler_scale(self.scaler)  # the scale of this backward
         if grad.requires_grad:  # a double backward (create_graph=True): build no graph
             grad = grad.detach()
-        k = len(self._grad_idx)
-        if k >= len(self._gviews):
-            self._grow_grad_norms(k + 1)
-        torch.linalg.vector_norm(grad, dtype=torch.float32, out=self._gviews[k])
-        self._grad_idx.append(idx)
+        self._out_grads.add(idx, grad)
         self._batch.mark_grad(row)
-
-    def _grow_grad_norms(self, need: int) -> None:
-        """Room for ``need`` output-gradient norms in the step (kept values copied)."""
-        old, k = self._gnorms, len(self._grad_idx)
-        self._gnorms = torch.empty(max(2 * need, 64), dtype=torch.float32, device=self._device)
-        self._gnorms[:k].copy_(old[:k])
-        self._gviews = list(self._gnorms.unbind(0))
-        self._gheads.clear()
 
     def _pre_step_hook(self, k: int, optimizer: torch.optim.Optimizer, args: Any,
                        kwargs: Any) -> tuple[Any, Any] | None:
@@ -559,7 +528,7 @@ class Recorder:
             self._meter.before_update(slot, recorded=self._recording, snapshot=False)
         elif self._optimizers and not self._stepped and not self._measured:
             self._lr = read_lr(self._optimizers[0])  # a skipped step: nothing was measured
-        if len(self._batch) or self._grad_idx:
+        if len(self._batch) or len(self._out_grads):
             self._add_queued(slot)
         self._log.append(self._step, self._lr, self._loss, self._recording, complete)
         self._slot += 1
@@ -580,16 +549,7 @@ class Recorder:
         log = self._log
         act_sums, saturated, dead, max_abs, grad = log.rows[slot]
         self._batch.close(act_sums, saturated, dead, max_abs, log.den[slot])
-        if self._grad_idx:
-            log.den[slot, :, _GRADS] += np.bincount(self._grad_idx, minlength=log.den.shape[1])
-            m = len(self._grad_idx)
-            head = self._gheads.get(m)
-            if head is None:
-                head = self._gheads[m] = self._gnorms[:m]
-            squares = head.square_()  # (rewritten next step; nothing here requires grad)
-            if self._scale is not None:  # measured on the scaled backward
-                squares = squares / self._scale.square()
-            grad.index_add_(0, self._device_index(self._grad_idx), squares)
+        self._out_grads.close(log.den[slot, :, _GRADS], grad, self._scale)
 
     def _update_sampling(self, host_loss: float | None) -> None:
         cfg = self.cfg

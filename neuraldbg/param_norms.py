@@ -3,8 +3,11 @@
 Each step the norm of every parameter's gradient goes into one row of a device buffer
 (``torch._foreach_norm`` and one ``torch.stack`` into the row: two dispatches, whatever the
 number of parameters). On recorded steps the parameters' norms go in beside them, and the
-update ``||W_after - W_before||`` is measured on a snapshot taken before the step and
-subtracted in place after it. The global norms and the per-module sums are formed on the
+update ``||W_after - W_before||`` is measured on a snapshot taken before the step: the
+measured elements of every parameter side by side in one flat buffer, so the snapshot, the
+difference and the per-parameter sums (``index_add_`` in float64) are a fixed handful of
+operations however many parameters there are (a ``torch._foreach_*`` call on the CPU
+dispatches one operation per tensor). The global norms and the per-module sums are formed on the
 host at the flush, where they cost nothing on the training path.
 
 Gradient and parameter norms are exact. The update of a parameter tensor larger than
