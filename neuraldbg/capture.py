@@ -5,8 +5,8 @@ a strided sample of the output into a per-step device buffer
 (:class:`neuraldbg.activation_batch.ActivationBatch`), and a pre-hook on the autograd node
 that made the output the norm of its gradient (:class:`neuraldbg.grad_norms.OutputGradNorms`);
 when :meth:`Recorder.step` closes the step, every call's sample is reduced at once and added
-into preallocated buffers on the model's device with ``index_add_``. Parameter-side norms go into a per-step device buffer too
-(:class:`neuraldbg.param_norms.ParamMeter`). The buffers are copied to the host once per
+into preallocated buffers on the model's device with ``index_add_``. Parameter-side norms go
+into a per-step device buffer too (:class:`neuraldbg.param_norms.ParamMeter`). The buffers are copied to the host once per
 flush (``flush_every`` steps). No activation outlives its step; a hook never changes an
 output or a gradient, and never branches on a tensor value. Between recorded steps
 (``every > 1``) the forward hooks are removed, so the modules run on PyTorch's fast path;
