@@ -1,18 +1,18 @@
 """Capture: hooks on leaf modules write compact statistics into a device buffer.
 
-The hot path never synchronises the host. A forward hook takes each unit's largest |x| and
-a strided sample of the output into a per-step device buffer
-(:class:`neuraldbg.activation_batch.ActivationBatch`), and a pre-hook on the autograd node
-that made the output the norm of its gradient (:class:`neuraldbg.grad_norms.OutputGradNorms`);
-when :meth:`Recorder.step` closes the step, every call's sample is reduced at once and added
-into preallocated buffers on the model's device with ``index_add_``. Parameter-side norms go
-into a per-step device buffer too (:class:`neuraldbg.param_norms.ParamMeter`). The buffers are copied to the host once per
-flush (``flush_every`` steps). No activation outlives its step; a hook never changes an
-output or a gradient, and never branches on a tensor value. Between recorded steps
-(``every > 1``) the forward hooks are removed, so the modules run on PyTorch's fast path;
-the root carries a forward pre-hook only while ``dbg.step`` has come before ``opt.step``
-(the next forward then closes the step). On the CPU a small model's cost is the number of
-dispatched operations: views of buffer rows and parameters are made once and reused.
+The hot path never synchronises the host. A forward hook takes each unit's largest |x| and a
+strided sample of the output into a per-step device buffer
+(:class:`neuraldbg.activation_batch.ActivationBatch`), and a pre-hook on the autograd node that
+made the output the norm of its gradient (:class:`neuraldbg.grad_norms.OutputGradNorms`); when
+:meth:`Recorder.step` closes the step, every call's sample is reduced at once and added into
+preallocated buffers on the model's device with ``index_add_``. Parameter-side norms go into a
+per-step device buffer too (:class:`neuraldbg.param_norms.ParamMeter`). The buffers are copied
+to the host once per flush (``flush_every`` steps). No activation outlives its step; a hook
+never changes an output or a gradient, and never branches on a tensor value. Between recorded
+steps (``every > 1``) the forward hooks are removed, so the modules run on PyTorch's fast path;
+the root carries a forward pre-hook only while ``dbg.step`` has come before ``opt.step`` (the
+next forward then closes the step). On the CPU a small model's cost is the number of dispatched
+operations: views of buffer rows and parameters are made once and reused.
 
 Per step (every step, cheap): loss, learning rate, global gradient norm. On recorded steps
 (every ``every`` steps, and every step for a window after a loss spike or a non-finite
