@@ -1,12 +1,14 @@
 """One recorded step's activation statistics: gathered by forward hooks, reduced at once.
 
 On a small model the cost of a hook is the number of tensor operations it dispatches, not
-their arithmetic (a few microseconds each on the CPU). A hook therefore does three: the
-largest |x| of each unit over the batch, and a strided sample of the output copied into a
-row of a preallocated device buffer. When the step closes, :meth:`ActivationBatch.close`
-reduces every call's sample in one pass (:func:`~neuraldbg.statistics.sample_sums`) and
-adds the results into the capture's buffer rows with ``index_add_``, about fifteen
-operations per step whatever the number of modules.
+their arithmetic (a few microseconds each on the CPU). A hook therefore does four, and
+allocates nothing: ``|x|`` into a reused tensor and the largest of each unit over the batch
+straight into the step's unit buffer (``out=``), and a strided sample of the output copied
+into a row of a preallocated work block. When the step closes, :meth:`ActivationBatch.close`
+reduces every call's sample in one pass (:func:`~neuraldbg.statistics.sample_sums`: four
+operations write squares and condition indicators beside the samples and one ``nansum``
+reduces them all) and adds the results into the capture's buffer rows with ``index_add_``,
+about ten operations per step whatever the number of modules.
 
 The buffer holds samples only until the step closes; no activation outlives its step, and
 nothing is read on the host.
@@ -28,19 +30,24 @@ import numpy as np
 import torch
 
 from neuraldbg.statistics import (
-    CONDITIONS,
     DEN,
+    WORK_ROWS,
     condition_table,
     sample_stride,
     sample_sums,
     saturated_counts,
     unit_dims,
+    work_views,
 )
 
 __all__ = ["ActivationBatch"]
 
-_SAT = 2 + CONDITIONS.index("saturated")  # column of the saturated count in sample_sums
 _LARGE = 1 << 16  # outputs above this many elements avoid a full-size |x| temporary
+
+
+#: Views of the first n calls: work blocks, scratch, units, zero indicators, work_views.
+_Heads = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
+               tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,12 +64,26 @@ class _Plan:
     softmax_index: torch.Tensor | None  # module row of each softmax call, in call order
 
 
-def _unit_max(x: torch.Tensor, channel_first: bool) -> torch.Tensor:
-    """Largest |x| of each unit over the batch (NaN where a NaN is present)."""
+def _unit_max(x: torch.Tensor, channel_first: bool, out: torch.Tensor,
+              scratch: torch.Tensor | None) -> torch.Tensor | None:
+    """Largest |x| of each unit over the batch (NaN where a NaN is present).
+
+    A float32 output of at most ``_LARGE`` elements is reduced straight into ``out`` (the
+    ``(n_units,)`` slot of the step's unit buffer), its ``|x|`` written into ``scratch``
+    (a reused tensor of x's shape, so no temporary is allocated), and ``None`` is
+    returned; otherwise the result is returned for the caller to copy in.
+    """
     if x.dim() < 2:
+        if x.dtype == torch.float32:
+            torch.abs(x, out=out.view(x.shape))
+            return None
         return x.abs().reshape(-1)
     dims = unit_dims(x.dim(), channel_first)
     if x.numel() <= _LARGE:
+        if x.dtype == torch.float32:
+            torch.amax(torch.abs(x, out=scratch) if scratch is not None else x.abs(), dim=dims,
+                       out=out)
+            return None
         return x.abs().amax(dim=dims)
     # A large output: no |x| temporary of its size; inner (contiguous) dims reduce first.
     inner = tuple(d for d in dims if d > 1) if dims[0] == 0 and 1 not in dims else ()
@@ -99,27 +120,38 @@ class ActivationBatch:
         self._conditions = [condition_table(
             f, sigmoid_margin=margins["sigmoid_margin"], tanh_margin=margins["tanh_margin"],
             smooth_tail=margins["smooth_tail"]) for f in families]
-        self._buf = torch.full((max(len(families), 1), sample_size), math.nan,
-                               dtype=torch.float32, device=device)
-        self._scratch = torch.empty((*self._buf.shape[:1], len(CONDITIONS), sample_size),
-                                    dtype=torch.float32, device=device)
+        # One work block per call: row 0 the sample, rows 1-4 filled by sample_sums.
+        self._work = torch.full((max(len(families), 1), WORK_ROWS, sample_size), math.nan,
+                                dtype=torch.float32, device=device)
+        self._buf = self._work[:, 0]
+        self._scratch = torch.empty((self._buf.shape[0], 1, sample_size), dtype=torch.float32,
+                                    device=device)
         self._filled = [0] * self._buf.shape[0]  # sampled length last written in each row
+        # Per call, its units' largest |x| (written by the hook), concatenated in call order,
+        # and their zero indicators (written at close); views of slots are cached.
+        self._ubuf = torch.empty(1024, dtype=torch.float32, device=device)
+        self._ueq = torch.empty(1024, dtype=torch.float32, device=device)
+        self._uviews: dict[tuple[int, int], torch.Tensor] = {}
+        self._abs_flat = torch.empty(_LARGE, dtype=torch.float32, device=device)
+        self._abs: dict[torch.Size, torch.Tensor] = {}  # views of _abs_flat per shape
         self._plans: dict[tuple[Any, ...], _Plan] = {}
         # per (module, output shape, contiguous): denominators and the sampling stride
         self._shapes: dict[tuple[Any, ...], tuple[int, int, int, int, int, int]] = {}
         self._rows: dict[tuple[int, int], torch.Tensor] = {}  # buffer row views, reused
-        self._heads: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # first n rows
+        # first n calls' work blocks and scratch, and the step's units (keyed by both counts)
+        self._heads: dict[tuple[int, int], _Heads] = {}
         self.reset()
 
     def reset(self) -> None:
         """Forget the step's calls (the buffer rows are simply overwritten next step)."""
         self.calls: list[int] = []
-        self._units: list[torch.Tensor] = []
+        self._n_units = 0  # units written into the unit buffer this step
         self._den: list[tuple[int, int, int, int, int]] = []
         self._softmax: list[tuple[int, torch.Tensor]] = []
         self._softmax_rows: list[int] = []
         self._needs_grad: list[bool] = []
         self._got_grad: list[bool] = []
+        self._waiting = 0  # calls whose output needs a gradient not seen yet
 
     def __len__(self) -> int:
         """Number of recorded calls."""
@@ -139,10 +171,22 @@ class ActivationBatch:
         shape = self._shapes.get((idx, x.shape, contiguous))
         if shape is None:
             shape = self._shape_plan(idx, x, contiguous)
-        units = _unit_max(x, self._channel_first[idx])
-        if units.dtype != torch.float32:
-            units = units.float()
-        n_s, stride = shape[1], shape[5]
+        n_s, n_u, stride = shape[1], shape[3], shape[5]
+        off = self._n_units
+        if off + n_u > self._ubuf.shape[0]:
+            self._grow_units(off + n_u)
+        uv = self._uviews.get((off, n_u))
+        if uv is None:
+            uv = self._uviews[(off, n_u)] = self._ubuf[off:off + n_u]
+        scratch = None
+        if n_u < shape[2] <= _LARGE:  # |x| of a small output goes into a reused tensor
+            scratch = self._abs.get(x.shape)
+            if scratch is None:
+                scratch = self._abs[x.shape] = self._abs_flat[:shape[2]].view(x.shape)
+        units = _unit_max(x, self._channel_first[idx], uv, scratch)
+        if units is not None:
+            uv.copy_(units)
+        self._n_units = off + n_u
         if contiguous:  # one strided view of the whole output (its storage offset kept)
             sample = torch.as_strided(x, (n_s,), (stride,))
         else:  # whole samples of the batch, so no copy of the full output is made
@@ -166,10 +210,10 @@ class ActivationBatch:
             self._softmax_rows.append(row)
             den = (*den[:4], rows.shape[0])
         self.calls.append(idx)
-        self._units.append(units)
         self._den.append(den)
         self._needs_grad.append(needs_grad)
         self._got_grad.append(False)
+        self._waiting += needs_grad
         return row
 
     def _shape_plan(self, idx: int, x: torch.Tensor,
@@ -200,14 +244,19 @@ class ActivationBatch:
 
     def mark_grad(self, row: int) -> None:
         """The output of call ``row`` received its gradient: it belongs to a training step."""
-        if row < len(self._got_grad):
-            self._got_grad[row] = True
+        got = self._got_grad
+        if row < len(got) and not got[row]:
+            got[row] = True
+            self._waiting -= self._needs_grad[row]
 
-    def _drop_untrained(self) -> torch.Tensor | None:
-        """Leave out calls that took no part in the step's backward; their rows, gathered.
+    def _drop_untrained(self) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """Leave out calls that took no part in the step's backward.
 
-        Returns ``None`` when every call is kept (the buffer is used as it is).
+        Returns ``None`` when every call is kept (the buffers are used as they are), else
+        the kept calls' work blocks and unit maxima, gathered.
         """
+        if not self._waiting:
+            return None  # every call that needed a gradient got one
         trained = {idx for idx, got in zip(self.calls, self._got_grad, strict=True) if got}
         keep = [i for i, (idx, need, got) in
                 enumerate(zip(self.calls, self._needs_grad, self._got_grad, strict=True))
@@ -217,23 +266,37 @@ class ActivationBatch:
         kept = set(keep)
         self._softmax = [sm for sm, row in zip(self._softmax, self._softmax_rows, strict=True)
                          if row in kept]
+        starts = np.cumsum([0] + [d[3] for d in self._den])
+        unit_pos = [u for i in keep for u in range(starts[i], starts[i + 1])]
         self.calls = [self.calls[i] for i in keep]
-        self._units = [self._units[i] for i in keep]
         self._den = [self._den[i] for i in keep]
         self._needs_grad = [True] * len(keep)
         self._got_grad = [True] * len(keep)
+        self._waiting = 0
         if not keep:
-            return self._buf[:0]
+            return self._work[:0], self._ubuf[:0]
         index = torch.tensor(keep, dtype=torch.long, device=self._device)
-        return self._buf.index_select(0, index)
+        units = self._ubuf.index_select(0, torch.tensor(unit_pos, dtype=torch.long,
+                                                        device=self._device))
+        return self._work.index_select(0, index), units
+
+    def _grow_units(self, need: int) -> None:
+        """Room for ``need`` unit maxima (the step's values so far are kept)."""
+        old = self._ubuf
+        self._ubuf = torch.empty(2 * need, dtype=torch.float32, device=self._device)
+        self._ubuf[:self._n_units].copy_(old[:self._n_units])
+        self._ueq = torch.empty(2 * need, dtype=torch.float32, device=self._device)
+        self._uviews.clear()
+        self._heads.clear()
 
     def _grow(self, *, rows: int | None = None, width: int | None = None) -> None:
-        old = self._buf
-        r, w = rows or old.shape[0], width or old.shape[1]
-        self._buf = torch.full((r, w), math.nan, dtype=torch.float32, device=self._device)
-        self._buf[:old.shape[0], :old.shape[1]].copy_(old)
-        self._scratch = torch.empty((r, len(CONDITIONS), w), dtype=torch.float32,
-                                    device=self._device)
+        old = self._work
+        r, w = rows or old.shape[0], width or old.shape[2]
+        self._work = torch.full((r, WORK_ROWS, w), math.nan, dtype=torch.float32,
+                                device=self._device)
+        self._work[:old.shape[0], 0, :old.shape[2]].copy_(old[:, 0])
+        self._buf = self._work[:, 0]
+        self._scratch = torch.empty((r, 1, w), dtype=torch.float32, device=self._device)
         self._filled += [0] * (r - len(self._filled))
         self._rows.clear()
         self._heads.clear()
@@ -267,15 +330,19 @@ class ActivationBatch:
                 self._plans[key] = plan
         return plan
 
-    def close(self, act_sums: torch.Tensor, dead: torch.Tensor, max_abs: torch.Tensor,
-              den: np.ndarray) -> None:
+    def close(self, act_sums: torch.Tensor, saturated: torch.Tensor, dead: torch.Tensor,
+              max_abs: torch.Tensor, den: np.ndarray) -> None:
         """Add the step's statistics into one step's buffer rows (the caller then resets).
+
+        No gradient mode is needed: no tensor involved requires a gradient.
 
         Parameters
         ----------
         act_sums : torch.Tensor
-            ``(n_modules + 1, len(ACT_SUMS) - 1)`` sums of the step, all but ``dead``
+            ``(n_modules + 1, 5)`` sums of the step: the columns of :func:`sample_sums`
             (a device view).
+        saturated : torch.Tensor
+            ``(n_modules + 1,)`` saturated counts of the step (a device view).
         dead : torch.Tensor
             ``(n_modules + 1,)`` dead-unit counts of the step (a device view).
         max_abs : torch.Tensor
@@ -288,27 +355,28 @@ class ActivationBatch:
         if not n:
             return
         if gathered is None:
-            views = self._heads.get(n)
+            key = (n, self._n_units)
+            views = self._heads.get(key)
             if views is None:
-                views = self._heads[n] = (self._buf[:n], self._scratch[:n])
-            samples, scratch = views
+                work = self._work[:n]
+                views = self._heads[key] = (work, self._scratch[:n], self._ubuf[:self._n_units],
+                                            self._ueq[:self._n_units], work_views(work))
+            work, scratch, units, zero, parts = views
         else:
-            samples, scratch = gathered, self._scratch[:n]
+            (work, units), scratch = gathered, self._scratch[:n]
+            zero, parts = self._ueq[:units.shape[0]], work_views(work)
         plan = self._plan()
-        with torch.no_grad():
-            sums = sample_sums(samples, scratch=scratch)
-            act_sums[:, :_SAT].index_add_(0, plan.call_index, sums)
-            if plan.sat_calls is not None:  # only families with a saturated range
-                assert plan.sat_index is not None and plan.sat_centres is not None
-                assert plan.sat_thresholds is not None
-                act_sums[:, _SAT].index_add_(0, plan.sat_index, saturated_counts(
-                    samples.index_select(0, plan.sat_calls), plan.sat_centres,
-                    plan.sat_thresholds))
-            units = torch.cat(self._units) if n > 1 else self._units[0]
-            dead.index_add_(0, plan.unit_index, units.eq(0).to(torch.float32))
-            max_abs.scatter_reduce_(0, plan.unit_index, units, "amax")
-            if plan.softmax_index is not None:  # index tensors are cached: no copy per step
-                act_sums[:, _SAT].index_add_(0, plan.softmax_index,
-                                             torch.stack([c for _, c in self._softmax])
-                                             .to(torch.float32))
+        sums = sample_sums(work, scratch=scratch, views=parts)
+        act_sums.index_add_(0, plan.call_index, sums)
+        if plan.sat_calls is not None:  # only families with a saturated range
+            assert plan.sat_index is not None and plan.sat_centres is not None
+            assert plan.sat_thresholds is not None
+            saturated.index_add_(0, plan.sat_index, saturated_counts(
+                work[:, 0].index_select(0, plan.sat_calls), plan.sat_centres,
+                plan.sat_thresholds))
+        dead.index_add_(0, plan.unit_index, torch.eq(units, 0, out=zero))
+        max_abs.scatter_reduce_(0, plan.unit_index, units, "amax")
+        if plan.softmax_index is not None:  # index tensors are cached: no copy per step
+            saturated.index_add_(0, plan.softmax_index,
+                                 torch.stack([c for _, c in self._softmax]).to(torch.float32))
         den[:, :len(DEN) - 1] += plan.den

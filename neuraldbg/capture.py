@@ -1,18 +1,18 @@
 """Capture: hooks on leaf modules write compact statistics into a device buffer.
 
-The hot path never synchronises the host. A forward hook takes each unit's largest |x| and
-a strided sample of the output into a per-step device buffer
-(:class:`neuraldbg.activation_batch.ActivationBatch`), and a tensor hook on the output the
-norm of its gradient; when :meth:`Recorder.step` closes the step, every call's sample is
-reduced at once and added into preallocated buffers on the model's device with
-``index_add_``. Parameter-side norms go into a per-step device buffer too
-(:class:`neuraldbg.param_norms.ParamMeter`). The buffers are copied to the host once per
-flush (``flush_every`` steps). No activation outlives its step; a hook never changes an
-output or a gradient, and never branches on a tensor value. Between recorded steps
-(``every > 1``) the forward hooks are removed, so the modules run on PyTorch's fast path;
-the root carries a forward pre-hook only while ``dbg.step`` has come before ``opt.step``
-(the next forward then closes the step). On the CPU a small model's cost is the number of
-dispatched operations: views of buffer rows and parameters are made once and reused.
+The hot path never synchronises the host. A forward hook takes each unit's largest |x| and a
+strided sample of the output into a per-step device buffer
+(:class:`neuraldbg.activation_batch.ActivationBatch`), and a pre-hook on the autograd node that
+made the output the norm of its gradient (:class:`neuraldbg.grad_norms.OutputGradNorms`); when
+:meth:`Recorder.step` closes the step, every call's sample is reduced at once and added into
+preallocated buffers on the model's device with ``index_add_``. Parameter-side norms go into a
+per-step device buffer too (:class:`neuraldbg.param_norms.ParamMeter`). The buffers are copied
+to the host once per flush (``flush_every`` steps). No activation outlives its step; a hook
+never changes an output or a gradient, and never branches on a tensor value. Between recorded
+steps (``every > 1``) the forward hooks are removed, so the modules run on PyTorch's fast path;
+the root carries a forward pre-hook only while ``dbg.step`` has come before ``opt.step`` (the
+next forward then closes the step). On the CPU a small model's cost is the number of dispatched
+operations: views of buffer rows and parameters are made once and reused.
 
 Per step (every step, cheap): loss, learning rate, global gradient norm. On recorded steps
 (every ``every`` steps, and every step for a window after a loss spike or a non-finite
@@ -42,6 +42,7 @@ from torch import nn
 from neuraldbg.activation_batch import ActivationBatch
 from neuraldbg.capture_config import CaptureConfig, first_float_tensor
 from neuraldbg.errors import CaptureError, NeuralDbgWarning
+from neuraldbg.grad_norms import OutputGradNorms
 from neuraldbg.host_values import LossProbe, read_lr
 from neuraldbg.module_table import module_table, monitored_modules, parameter_owners
 from neuraldbg.optimizers import as_optimizers, group_by_optimizer, scaler_scale
@@ -208,7 +209,6 @@ class Recorder:
         first = next(self.model.parameters(), None)
         self._device = first.device if first is not None else torch.device("cpu")
         dev, n_mod, cap = self._device, len(leaves), self.cfg.flush_every
-        self._index_cache: dict[tuple[int, ...], torch.Tensor] = {}
         self._has_params = self._modules["n_trainable"].to_numpy() > 0
         self._complement = self._modules["activation_family"].to_numpy() == "smooth"
         cfg = self.cfg
@@ -220,19 +220,12 @@ class Recorder:
         self._meter = ParamMeter(params, owner, n_mod + 1, cap, dev,
                                  sample_size=cfg.sample_size, groups=groups)
         # Device buffers, one row per step slot (+1 module row: the root's bucket).
+        self._stepped: set[int] = set()  # optimizers that stepped in the open step
+        self._output_losses: list[torch.Tensor] = []  # losses read from model outputs
+        self._out_grads = OutputGradNorms(dev)  # the step's output-gradient norms
         self._log = StepLog([name for name, _ in leaves], cap, dev,
                             has_params=self._has_params, complement=self._complement)
         self._diversity = WeightDiversity(leaves)
-
-    def _device_index(self, idx: list[int] | tuple[int, ...]) -> torch.Tensor:
-        """A cached device tensor of module indices (no host-to-device copy per step)."""
-        key = tuple(idx)
-        t = self._index_cache.get(key)
-        if t is None:
-            t = torch.tensor(key, dtype=torch.long, device=self._device)
-            if len(self._index_cache) < 4096:
-                self._index_cache[key] = t
-        return t
 
     # --------------------------------------------------------------- lifecycle
     def __enter__(self) -> Recorder:
@@ -346,15 +339,18 @@ class Recorder:
         self._loss_given = False           # dbg.step(loss) was called for the open step
         self._has_loss = False             # ... with a loss
         self._host_loss: float | None = None
-        self._stepped: set[int] = set()     # optimizers that stepped in the open step
+        if self._stepped:  # (emptied only when used: this runs every step)
+            self._stepped = set()
         self._measured = False             # parameter-side norms taken for the open step
         self._lr: float | torch.Tensor = float("nan")
         self._loss: float | torch.Tensor = float("nan")
         self._scale: torch.Tensor | None = None
-        self._output_losses: list[torch.Tensor] = []
-        self._batch.reset()
-        self._grad_idx: list[int] = []
-        self._grad_vals: list[torch.Tensor] = []
+        if self._output_losses:
+            self._output_losses = []
+        if len(self._batch):
+            self._batch.reset()
+        if len(self._out_grads):
+            self._out_grads.reset()
 
     # ------------------------------------------------------------------ hooks
     def _root_pre_hook(self, module: nn.Module, inputs: Any) -> None:
@@ -380,18 +376,33 @@ class Recorder:
         idx = self._index[id(module)]
         if idx not in self._forward_seen:
             self._forward_seen[idx] = len(self._forward_seen)
-        # detached: no graph is built from here on, so no no_grad() context is needed
-        row = self._batch.add(idx, x.detach(), needs_grad=x.requires_grad)
-        if x.requires_grad:
-            x.register_hook(partial(self._grad_hook, idx, row))
+        needs_grad = x.requires_grad
+        # grad mode off (gradients were enabled: checked above) rather than x.detach(): no
+        # graph is built and no dispatched op is spent per call
+        torch._C._set_grad_enabled(False)
+        try:
+            row = self._batch.add(idx, x, needs_grad=needs_grad)
+        finally:
+            torch._C._set_grad_enabled(True)
+        if needs_grad:
+            node = x.grad_fn
+            if node is not None:  # a pre-hook on the node that receives x's gradient
+                node.register_prehook(partial(self._node_grad_hook, idx, row, x.output_nr))
+            else:  # a leaf (an identity module's input)
+                x.register_hook(partial(self._grad_hook, idx, row))
+
+    def _node_grad_hook(self, idx: int, row: int, nr: int, grad_outputs: Any) -> None:
+        """The gradient of output ``nr`` of the node that made a module's output."""
+        grad = grad_outputs[nr]
+        if grad is not None:
+            self._grad_hook(idx, row, grad)
 
     def _grad_hook(self, idx: int, row: int, grad: torch.Tensor) -> None:
         if self.scaler is not None and self._scale is None:
             self._scale = scaler_scale(self.scaler)  # the scale of this backward
         if grad.requires_grad:  # a double backward (create_graph=True): build no graph
             grad = grad.detach()
-        self._grad_vals.append(torch.linalg.vector_norm(grad, dtype=torch.float32))
-        self._grad_idx.append(idx)
+        self._out_grads.add(idx, grad)
         self._batch.mark_grad(row)
 
     def _pre_step_hook(self, k: int, optimizer: torch.optim.Optimizer, args: Any,
@@ -517,7 +528,7 @@ class Recorder:
             self._meter.before_update(slot, recorded=self._recording, snapshot=False)
         elif self._optimizers and not self._stepped and not self._measured:
             self._lr = read_lr(self._optimizers[0])  # a skipped step: nothing was measured
-        if len(self._batch) or self._grad_idx:
+        if len(self._batch) or len(self._out_grads):
             self._add_queued(slot)
         self._log.append(self._step, self._lr, self._loss, self._recording, complete)
         self._slot += 1
@@ -536,15 +547,9 @@ class Recorder:
         in the middle of a step (which flushes) never splits a step across rows.
         """
         log = self._log
-        act_sums, dead, max_abs, grad = log.rows[slot]
-        self._batch.close(act_sums, dead, max_abs, log.den[slot])
-        if self._grad_idx:
-            log.den[slot, :, _GRADS] += np.bincount(self._grad_idx, minlength=log.den.shape[1])
-            with torch.no_grad():
-                squares = torch.stack(self._grad_vals).square_()
-                if self._scale is not None:  # measured on the scaled backward
-                    squares = squares / self._scale.square()
-                grad.index_add_(0, self._device_index(self._grad_idx), squares)
+        act_sums, saturated, dead, max_abs, grad = log.rows[slot]
+        self._batch.close(act_sums, saturated, dead, max_abs, log.den[slot])
+        self._out_grads.close(log.den[slot, :, _GRADS], grad, self._scale)
 
     def _update_sampling(self, host_loss: float | None) -> None:
         cfg = self.cfg

@@ -3,8 +3,11 @@
 Each step the norm of every parameter's gradient goes into one row of a device buffer
 (``torch._foreach_norm`` and one ``torch.stack`` into the row: two dispatches, whatever the
 number of parameters). On recorded steps the parameters' norms go in beside them, and the
-update ``||W_after - W_before||`` is measured on a snapshot taken before the step and
-subtracted in place after it. The global norms and the per-module sums are formed on the
+update ``||W_after - W_before||`` is measured on a snapshot taken before the step: the
+measured elements of every parameter side by side in one flat buffer, so the snapshot, the
+difference and the per-parameter sums (``index_add_`` in float64) are a fixed handful of
+operations however many parameters there are (a ``torch._foreach_*`` call on the CPU
+dispatches one operation per tensor). The global norms and the per-module sums are formed on the
 host at the flush, where they cost nothing on the training path.
 
 Gradient and parameter norms are exact. The update of a parameter tensor larger than
@@ -30,6 +33,41 @@ from neuraldbg.statistics import sample_stride
 __all__ = ["ParamMeter"]
 
 GRAD, PARAM, UPDATE = 0, 1, 2
+
+
+class _FlatUpdate:
+    """Update norms of several parameters with a fixed number of operations.
+
+    The measured elements of every parameter (1-D views that track the parameters) are
+    copied side by side into one flat snapshot before the step; after it, one difference,
+    one squaring and one ``index_add_`` give every parameter's ``||dW||^2`` (summed in
+    float64), whatever the number of parameters: on the CPU a ``torch._foreach_*`` call
+    dispatches one operation per tensor.
+    """
+
+    def __init__(self, views: list[torch.Tensor]) -> None:
+        self.views = views
+        sizes = [v.numel() for v in views]
+        first = views[0]
+        self._snap = torch.empty(sum(sizes), dtype=first.dtype, device=first.device)
+        self._now = torch.empty_like(self._snap)
+        self._diff = torch.empty(sum(sizes), dtype=torch.float64, device=first.device)
+        self._sums = torch.empty(len(views), dtype=torch.float64, device=first.device)
+        self._index = torch.repeat_interleave(
+            torch.arange(len(views), device=first.device),
+            torch.tensor(sizes, device=first.device))
+        self.take()
+
+    def take(self) -> None:
+        """Snapshot the measured elements (before the step)."""
+        torch.cat(self.views, out=self._snap)
+
+    def norms(self, out: torch.Tensor) -> None:
+        """Write ``||W_now - W_snapshot||`` of each parameter into ``out``."""
+        torch.cat(self.views, out=self._now)
+        diff = torch.sub(self._now, self._snap, out=self._diff).square_()
+        self._sums.zero_().index_add_(0, self._index, diff)
+        out.copy_(self._sums.sqrt_())
 
 
 class ParamMeter:
@@ -76,7 +114,7 @@ class ParamMeter:
         self._norms = torch.full((capacity, 3, len(params)), math.nan, dtype=torch.float32,
                                  device=device)
         self._zero = torch.zeros((), device=device)
-        self._snapshot: dict[int, list[torch.Tensor]] = {}
+        self._snapshot: dict[int, _FlatUpdate | list[torch.Tensor]] = {}
         self._fresh: set[int] = set()
         # Views made once and reused every step (each view is a dispatched op on the hot
         # path): output rows of the buffer, and the measured elements of each parameter,
@@ -102,8 +140,9 @@ class ParamMeter:
         cached = self._views.get(key)
         if cached is not None and cached[0] == ptrs:
             return cached[1]
-        with torch.no_grad():
-            views = [p.detach() if k == 1 else p.detach().view(-1)[::k]
+        with torch.no_grad():  # flat where the storage allows (see _FlatUpdate)
+            views = [(p.detach().view(-1) if p.is_contiguous() else p.detach()) if k == 1
+                     else p.detach().view(-1)[::k]
                      for p, k in zip(params, self._strides[start:stop], strict=True)]
         self._views[key] = (ptrs, views)
         return views
@@ -155,28 +194,43 @@ class ParamMeter:
         if stop <= start:
             return
         grads = self._grads(start, stop)
-        with torch.no_grad():  # parameters are read directly: no detach per step
+        # grad mode off while parameters are read directly (no detach per step); set and
+        # restored by hand: ``torch.no_grad()`` costs more Python than the step's one op
+        enabled = torch.is_grad_enabled()
+        torch._C._set_grad_enabled(False)
+        try:
             if not recorded:
                 if grads is not None:
                     torch.stack(torch._foreach_norm(grads), out=self._row(slot, GRAD, key))
                 return
-            weights: list[torch.Tensor] = list(self.params[start:stop])
-            if grads is None:
-                torch.stack(torch._foreach_norm(weights), out=self._norms[slot, PARAM, start:stop])
+            self._recorded_norms(slot, key, start, stop, upd, grads, snapshot)
+        finally:
+            torch._C._set_grad_enabled(enabled)
+
+    def _recorded_norms(self, slot: int, key: int, start: int, stop: int, upd: int,
+                        grads: list[torch.Tensor] | None, snapshot: bool) -> None:
+        """Gradient and parameter norms, and the update snapshot, of a recorded step."""
+        weights: list[torch.Tensor] = list(self.params[start:stop])
+        if grads is None:
+            torch.stack(torch._foreach_norm(weights), out=self._norms[slot, PARAM, start:stop])
+        else:
+            out = self._row(slot, -1, key)
+            norms = torch.stack(torch._foreach_norm(grads + weights),
+                                out=out if out.dim() == 1 else None)
+            if out.dim() != 1:
+                out.copy_(norms.view(2, -1))
+        if snapshot and upd > start:
+            views = self._update_views(key, start, upd)
+            snap = self._snapshot.get(key)
+            if isinstance(snap, _FlatUpdate) and snap.views is views:
+                snap.take()
+            elif all(v.dim() == 1 and v.dtype == views[0].dtype for v in views):
+                self._snapshot[key] = _FlatUpdate(views)
+            elif isinstance(snap, list):
+                torch._foreach_copy_(snap, views)
             else:
-                out = self._row(slot, -1, key)
-                norms = torch.stack(torch._foreach_norm(grads + weights),
-                                    out=out if out.dim() == 1 else None)
-                if out.dim() != 1:
-                    out.copy_(norms.view(2, -1))
-            if snapshot and upd > start:
-                views = self._update_views(key, start, upd)
-                snap = self._snapshot.get(key)
-                if snap is None:
-                    self._snapshot[key] = [v.clone() for v in views]
-                else:
-                    torch._foreach_copy_(snap, views)
-                self._fresh.add(key)
+                self._snapshot[key] = [v.clone() for v in views]
+            self._fresh.add(key)
 
     def after_update(self, slot: int, *, group: int | None = None) -> None:
         """``||dW||`` per parameter across the step just taken (when a snapshot was taken)."""
@@ -188,6 +242,9 @@ class ParamMeter:
                                                                    self.groups[group][2])
         snap = self._snapshot[key]
         with torch.no_grad():
+            if isinstance(snap, _FlatUpdate):
+                snap.norms(self._row(slot, UPDATE, key))
+                return
             torch._foreach_sub_(snap, self._update_views(key, start, upd))
             torch.stack(torch._foreach_norm(snap), out=self._row(slot, UPDATE, key))
 

@@ -31,6 +31,8 @@ __all__ = [
     "sample_stride",
     "condition_table",
     "sample_sums",
+    "WORK_ROWS",
+    "work_views",
     "saturated_counts",
     "CONDITIONS",
     "ACT_SUMS",
@@ -140,37 +142,51 @@ def condition_table(family: str, *, sigmoid_margin: float, tanh_margin: float,
     return (0.0, 0.0, 0.0, c_sat), (-1.0, 0.0, big, t_sat)
 
 
-def sample_sums(samples: torch.Tensor, *, scratch: torch.Tensor | None = None) -> torch.Tensor:
+#: Rows of the per-call work block reduced by :func:`sample_sums`: the sample, its squares
+#: and one indicator row per zero-centred condition (the first three :data:`CONDITIONS`).
+WORK_ROWS = 5
+
+
+def work_views(work: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Views of a work block used by :func:`sample_sums` (cache them: a view is an op).
+
+    Returns the samples ``(n, 1, width)``, the squares row and the indicator rows.
+    """
+    return work[:, :1], work[:, 1:2], work[:, 2:]
+
+
+def sample_sums(work: torch.Tensor, *, scratch: torch.Tensor | None = None,
+                views: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+                ) -> torch.Tensor:
     """Sums and counts of a step's activation samples, all calls at once, no host sync.
 
     Parameters
     ----------
-    samples : torch.Tensor
-        ``(n_calls, width)`` float32, one sampled output per row, padded with NaN.
+    work : torch.Tensor
+        ``(n_calls, WORK_ROWS, width)`` float32; ``work[:, 0]`` holds one sampled output per
+        call, padded with NaN. Rows 1 to 4 are overwritten (squares, then the indicators of
+        the first three :data:`CONDITIONS`), so that one reduction gives every column.
     scratch : torch.Tensor, optional
-        ``(n_calls, len(CONDITIONS), width)`` float32 work space, so that no large
-        temporary is allocated per step (on the CPU each one costs page faults).
+        ``(n_calls, 1, width)`` float32 work space for ``|x|``, so that no temporary is
+        allocated per step (on the CPU each one costs page faults).
+    views : tuple of torch.Tensor, optional
+        ``work_views(work)``, made once by a caller that reuses ``work``.
 
     Returns
     -------
     torch.Tensor
         ``(n_calls, 5)``: sum, sum of squares (NaN elements left out), then the counts of
         the first three :data:`CONDITIONS` (not NaN, non-zero, infinite), whose centre is 0
-        for every family. Counts are float arithmetic (``sign(relu(|x| - t))`` summed, NaN
-        skipped): on the CPU a comparison into booleans and their sum cost ~10x as much.
-        The family's saturation, counted only where a family has one, is
-        :func:`saturated_counts`.
+        for every family. A count is ``|x| > t`` written as 0.0/1.0 into the float work
+        block (a NaN compares false) and summed with the moments in one ``nansum``: four
+        dispatched operations whatever the number of calls. The family's saturation,
+        counted only where a family has one, is :func:`saturated_counts`.
     """
-    n, width = samples.shape
-    if scratch is None:
-        scratch = samples.new_empty((n, len(CONDITIONS), width))
-    absolute = torch.abs(samples, out=scratch[:, 0])
-    counts = torch.sub(absolute.unsqueeze(1), _zero_centred_thresholds(samples.device),
-                       out=scratch[:, 1:])
-    counts = counts.relu_().sign_().nansum(-1)
-    squares = torch.square(samples, out=absolute)
-    return torch.cat([samples.nansum(1, keepdim=True), squares.nansum(1, keepdim=True),
-                      counts], 1)
+    samples, squares, indicators = views if views is not None else work_views(work)
+    torch.square(samples, out=squares)
+    absolute = torch.abs(samples, out=scratch)
+    torch.gt(absolute, _zero_centred_thresholds(work.device), out=indicators)
+    return work.nansum(-1)
 
 
 def saturated_counts(samples: torch.Tensor, centres: torch.Tensor,

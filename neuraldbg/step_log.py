@@ -45,11 +45,11 @@ class StepLog:
                                device=device)
         self.max = torch.zeros(capacity, n_rows, dtype=torch.float32, device=device)
         self.grad = torch.zeros(capacity, n_rows, dtype=torch.float32, device=device)
-        # Per slot, views made once (a view is a dispatched op on the hot path): activation
-        # sums but ``dead``, ``dead``, max |x|, squared output-gradient norms.
-        dead = ACT_SUMS.index("dead")
-        assert dead == len(ACT_SUMS) - 1
-        self.rows = [(act[:, :dead], act[:, dead], mx, grad) for act, mx, grad in
+        # Per slot, views made once (a view is a dispatched op on the hot path): the sums of
+        # sample_sums, ``saturated``, ``dead``, max |x|, squared output-gradient norms.
+        sat, dead = ACT_SUMS.index("saturated"), ACT_SUMS.index("dead")
+        assert sat == dead - 1 == len(ACT_SUMS) - 2
+        self.rows = [(act[:, :sat], act[:, sat], act[:, dead], mx, grad) for act, mx, grad in
                      zip(self.act.unbind(0), self.max.unbind(0), self.grad.unbind(0),
                          strict=True)]
         self.den = np.zeros((capacity, n_rows, len(DEN)))

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
+import pytest
 import torch
 from torch import nn
 
@@ -70,3 +72,69 @@ def test_root_runs_without_hooks_unless_dbg_step_waits_for_the_optimizer():
     assert not model._forward_pre_hooks and not model[0]._forward_hooks
     assert len(dbg.trace.steps) == 8
     assert dbg.trace.steps["recorded"].tolist() == [s % 4 == 0 for s in range(8)]
+
+
+def _by_hand_run(every: int, steps: int = 6):
+    """A small MLP (every output and parameter under the sample size, so nothing is sampled)
+    trained under NeuralDbg, with each statistic also computed by hand from the same tensors."""
+    torch.manual_seed(5)
+    model = nn.Sequential(nn.Linear(6, 16), nn.Tanh(), nn.Linear(16, 16), nn.ReLU(),
+                          nn.Linear(16, 3))
+    opt = torch.optim.SGD(model.parameters(), lr=0.5, momentum=0.9)
+    x, y = torch.randn(8, 6), torch.randint(0, 3, (8,))
+    x[:, 0] = 0.0  # a few exact zeros and dead units downstream
+    margin = ndb.CaptureConfig().tanh_margin
+    rows, grad_norms = [], []
+    with ndb.NeuralDbg(model, optimizer=opt, every=every) as dbg:
+        for step in range(steps):
+            opt.zero_grad()
+            h, outs = x, []
+            for layer in model:  # the same calls model(x) makes, each output kept
+                h = layer(h)
+                h.retain_grad()
+                outs.append(h)
+            loss = nn.functional.cross_entropy(h, y)
+            loss.backward()
+            before = [[p.detach().clone() for p in layer.parameters()] for layer in model]
+            grads = [[p.grad.clone() for p in layer.parameters()] for layer in model]
+            opt.step()
+            dbg.step(loss)
+            grad_norms.append(torch.cat([g.flatten() for gs in grads for g in gs]).norm().item())
+            if step % every:
+                continue
+            for i, (layer, out) in enumerate(zip(model, outs, strict=True)):
+                o = out.detach()
+                row = {"step": step, "module_name": str(i), "act_mean": o.mean().item(),
+                       "act_std": o.std(unbiased=False).item(),
+                       "act_max_abs": o.abs().max().item(),
+                       "act_frac_zero": (o == 0).float().mean().item(),
+                       "act_frac_dead": (o.abs().amax(0) == 0).float().mean().item(),
+                       "out_grad_norm": out.grad.norm().item()}
+                if isinstance(layer, nn.Tanh):
+                    row["act_frac_saturated"] = (o.abs() > 1 - margin).float().mean().item()
+                if before[i]:
+                    after = list(layer.parameters())
+                    w = torch.cat([b.flatten() for b in before[i]])
+                    dw = torch.cat([(a.detach() - b).flatten()
+                                    for a, b in zip(after, before[i], strict=True)])
+                    row["param_grad_norm"] = torch.cat([g.flatten() for g in grads[i]]).norm().item()
+                    row["param_norm"] = w.norm().item()
+                    row["update_ratio"] = (dw.norm() / w.norm()).item()
+                rows.append(row)
+    return dbg.trace, pd.DataFrame(rows), grad_norms
+
+
+@pytest.mark.parametrize("every", [1, 2])
+def test_recorded_statistics_equal_the_ones_computed_by_hand(every):
+    trace, expected, grad_norms = _by_hand_run(every)
+    np.testing.assert_allclose(trace.steps["grad_norm"], grad_norms, rtol=1e-5)
+    got = trace.stats.set_index(["step", "module_name"]).loc[
+        list(zip(expected["step"], expected["module_name"], strict=True))]
+    assert len(got) == len(expected) == 5 * len(range(0, 6, every))
+    for col in expected.columns.drop(["step", "module_name"]):
+        want = expected[col].to_numpy()
+        has = ~np.isnan(want)
+        np.testing.assert_allclose(got[col].to_numpy()[has], want[has], rtol=1e-5, atol=1e-7,
+                                   err_msg=col)
+    assert (got["calls"] == 1).all()
+    assert expected["act_frac_dead"].max() > 0  # the dead-unit count was exercised

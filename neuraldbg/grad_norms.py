@@ -1,0 +1,93 @@
+"""Output-gradient norms of one recorded step: written by backward hooks, added at close.
+
+The capture puts a pre-hook on the autograd node that produced each monitored output
+(``grad_fn.register_prehook``), which costs less than ``Tensor.register_hook`` (no Python
+hook dictionary per tensor) and sees the same gradient: a tensor hook also runs as a
+pre-hook of that node, including when the output was later modified in place. The hook
+writes the gradient's norm into one slot of a device buffer (``out=``, slot views made once);
+when the step closes, the squared norms are added into the step's buffer row with one
+``index_add_``. Nothing is read on the host.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+__all__ = ["OutputGradNorms"]
+
+
+class OutputGradNorms:
+    """The norms of the output gradients seen in the open step, and their modules.
+
+    Parameters
+    ----------
+    device : torch.device
+        Where the model (and the buffer) live.
+    """
+
+    def __init__(self, device: torch.device) -> None:
+        self._device = device
+        self.modules: list[int] = []  # module row of each norm, in arrival order
+        self._norms = torch.empty(0, dtype=torch.float32, device=device)
+        self._slots: list[torch.Tensor] = []  # 0-dim views of _norms
+        self._heads: dict[int, torch.Tensor] = {}  # first m norms
+        self._index: dict[tuple[int, ...], torch.Tensor] = {}  # device module indices
+
+    def __len__(self) -> int:
+        """Number of norms taken in the open step."""
+        return len(self.modules)
+
+    def reset(self) -> None:
+        """Forget the open step's norms (the buffer is rewritten next step)."""
+        self.modules = []
+
+    def add(self, module: int, grad: torch.Tensor) -> None:
+        """Write ``||grad||`` (float32, no graph: ``grad`` must not require grad)."""
+        k = len(self.modules)
+        if k >= len(self._slots):
+            self._grow(k + 1)
+        torch.linalg.vector_norm(grad, dtype=torch.float32, out=self._slots[k])
+        self.modules.append(module)
+
+    def _grow(self, need: int) -> None:
+        old, k = self._norms, len(self.modules)
+        self._norms = torch.empty(max(2 * need, 64), dtype=torch.float32, device=self._device)
+        self._norms[:k].copy_(old[:k])
+        self._slots = list(self._norms.unbind(0))
+        self._heads.clear()
+
+    def _device_index(self) -> torch.Tensor:
+        """A cached device tensor of the step's modules (no host-to-device copy per step)."""
+        key = tuple(self.modules)
+        t = self._index.get(key)
+        if t is None:
+            t = torch.tensor(key, dtype=torch.long, device=self._device)
+            if len(self._index) < 4096:
+                self._index[key] = t
+        return t
+
+    def close(self, counts: np.ndarray, squares: torch.Tensor,
+              scale: torch.Tensor | None) -> None:
+        """Add the step's squared norms into ``squares`` and their counts into ``counts``.
+
+        Parameters
+        ----------
+        counts : numpy.ndarray
+            ``(n_modules + 1,)`` host view: gradients seen per module in the step.
+        squares : torch.Tensor
+            ``(n_modules + 1,)`` device view: the step's squared output-gradient norms.
+        scale : torch.Tensor, optional
+            The ``GradScaler`` scale of the backward the norms were measured on.
+        """
+        m = len(self.modules)
+        if not m:
+            return
+        counts += np.bincount(self.modules, minlength=counts.shape[0])
+        head = self._heads.get(m)
+        if head is None:
+            head = self._heads[m] = self._norms[:m]
+        sq = head.square_()  # (rewritten next step; nothing here requires grad)
+        if scale is not None:  # measured on the scaled backward
+            sq = sq / scale.square()
+        squares.index_add_(0, self._device_index(), sq)
