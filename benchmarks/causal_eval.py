@@ -59,9 +59,9 @@ def _summary(records: pd.DataFrame) -> dict[str, float]:
         "cause_ac1": M.ac_at_k(ranks, 1) if len(failing) else math.nan,
         "cause_ac3": M.ac_at_k(ranks, 3) if len(failing) else math.nan,
         "healthy_fpr": float(np.mean(healthy["flagged"])) if len(healthy) else math.nan,
-        "ece": M.expected_calibration_error(conf, correct),
-        "brier": M.brier_score(conf, correct),
-        "nll": M.negative_log_likelihood(conf, correct),
+        "ece": M.top1_expected_calibration_error(conf, correct),
+        "brier": M.top1_brier_score(conf, correct),
+        "nll": M.top1_negative_log_likelihood(conf, correct),
     }
 
 

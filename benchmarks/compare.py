@@ -9,7 +9,6 @@ counterfactual baselines scored on the same re-runs (:data:`CF_BASELINES`); per 
 from __future__ import annotations
 
 import json
-import math
 from typing import Any
 
 import numpy as np

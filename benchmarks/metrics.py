@@ -52,9 +52,9 @@ __all__ = [
     "ac_at_k",
     "avg_at_k",
     "mean_reciprocal_rank",
-    "expected_calibration_error",
-    "brier_score",
-    "negative_log_likelihood",
+    "top1_expected_calibration_error",
+    "top1_brier_score",
+    "top1_negative_log_likelihood",
     "reliability_table",
     "sharpness",
     "mcnemar_test",
@@ -224,8 +224,9 @@ def reliability_table(conf: Sequence[float] | np.ndarray, correct: Sequence[bool
     return pd.DataFrame(rows)
 
 
-def expected_calibration_error(conf: Sequence[float] | np.ndarray,
-                               correct: Sequence[bool] | np.ndarray, n_bins: int = 15) -> float:
+def top1_expected_calibration_error(conf: Sequence[float] | np.ndarray,
+                                    correct: Sequence[bool] | np.ndarray, n_bins: int = 15
+                                    ) -> float:
     """ECE: sum over equal-width bins of (bin share) x |accuracy - mean confidence|.
 
     :func:`causal_models.calibration.binary_expected_calibration_error`, bins as in
@@ -235,14 +236,15 @@ def expected_calibration_error(conf: Sequence[float] | np.ndarray,
     return binary_expected_calibration_error(c, y, n_bins) if c.size else math.nan
 
 
-def brier_score(conf: Sequence[float] | np.ndarray, correct: Sequence[bool] | np.ndarray) -> float:
+def top1_brier_score(conf: Sequence[float] | np.ndarray,
+                     correct: Sequence[bool] | np.ndarray) -> float:
     """Mean squared difference between the confidence and the 0/1 correctness."""
     c, y = _cc(conf, correct)
     return float(np.mean((c - y) ** 2)) if c.size else math.nan
 
 
-def negative_log_likelihood(conf: Sequence[float] | np.ndarray,
-                            correct: Sequence[bool] | np.ndarray) -> float:
+def top1_negative_log_likelihood(conf: Sequence[float] | np.ndarray,
+                                 correct: Sequence[bool] | np.ndarray) -> float:
     """Mean Bernoulli NLL of the correctness under the confidence: the class NLL of
     :func:`causal_models.calibration.negative_log_likelihood` (same clipping, 1e-12) on the
     two classes (wrong, right)."""
@@ -348,10 +350,10 @@ def summarize(records: pd.DataFrame, *, n_resamples: int = 1000, seed: int = 0,
         out["confident_wrong"] = _prop(failing["confident_wrong"])
     conf = r["confidence"].astype(float).to_numpy()
     cols = {"conf": conf, "correct": r["failure_correct"].astype(float).to_numpy()}
-    out["ece"] = boot(r, cols, lambda conf, correct: expected_calibration_error(conf, correct,
-                                                                                n_bins))
-    out["brier"] = boot(r, cols, brier_score)
-    out["nll"] = boot(r, cols, negative_log_likelihood)
+    out["ece"] = boot(r, cols, lambda conf, correct: top1_expected_calibration_error(
+        conf, correct, n_bins))
+    out["brier"] = boot(r, cols, top1_brier_score)
+    out["nll"] = boot(r, cols, top1_negative_log_likelihood)
     out["sharpness_std"] = boot(r, {"c": conf}, lambda c: sharpness(c)["std"])
     out["sharpness_distinct"] = {"value": float(sharpness(conf)["distinct"]), "low": math.nan,
                                  "high": math.nan, "n": int(len(conf)), "interval": "none"}

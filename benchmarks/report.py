@@ -228,7 +228,7 @@ def plot_reliability(records: pd.DataFrame, path: Path, n_bins: int = 15) -> Pat
         ax.plot([0, 1], [0, 1], "k--", lw=1)
         ax.scatter(t["mean_confidence"], t["accuracy"], s=8 + 4 * t["count"], c="C3", zorder=3,
                    label="mean confidence (size: runs)")
-        ece = M.expected_calibration_error(g["confidence"].astype(float),
+        ece = M.top1_expected_calibration_error(g["confidence"].astype(float),
                                            g["failure_correct"].astype(bool), n_bins)
         sharp = M.sharpness(g["confidence"].astype(float))
         ax.set_title(f"{label}\nECE {ece:.3f}, n={len(g)}; {sharp['distinct']} distinct "

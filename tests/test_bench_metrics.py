@@ -24,7 +24,7 @@ CORRECT = [True, False, True, False]
 def test_ece_by_hand() -> None:
     # bin (13/15, 14/15]: two runs, accuracy 0.5, confidence 0.9 -> 0.4 * 2/4 = 0.2
     # bin (9/15, 10/15]: 0.62, correct -> 0.38 * 1/4 = 0.095; bin (1/15, 2/15]: 0.1, wrong -> 0.025
-    assert M.expected_calibration_error(CONF, CORRECT, 15) == pytest.approx(0.32)
+    assert M.top1_expected_calibration_error(CONF, CORRECT, 15) == pytest.approx(0.32)
     t = M.reliability_table(CONF, CORRECT, 15)
     assert t["count"].sum() == 4
     assert t.loc[13, "count"] == 2 and t.loc[13, "accuracy"] == 0.5
@@ -32,14 +32,14 @@ def test_ece_by_hand() -> None:
 
 
 def test_brier_and_nll_by_hand() -> None:
-    assert M.brier_score(CONF, CORRECT) == pytest.approx((0.01 + 0.81 + 0.38**2 + 0.01) / 4)
+    assert M.top1_brier_score(CONF, CORRECT) == pytest.approx((0.01 + 0.81 + 0.38**2 + 0.01) / 4)
     nll = -(math.log(0.9) + math.log(0.1) + math.log(0.62) + math.log(0.9)) / 4
-    assert M.negative_log_likelihood(CONF, CORRECT) == pytest.approx(nll)
+    assert M.top1_negative_log_likelihood(CONF, CORRECT) == pytest.approx(nll)
     # a certain wrong answer is clipped (as causal_models.calibration clips), not infinite
-    assert M.negative_log_likelihood([1.0], [False]) == pytest.approx(-math.log(1e-12))
+    assert M.top1_negative_log_likelihood([1.0], [False]) == pytest.approx(-math.log(1e-12))
     with pytest.raises(ValueError, match=r"\[0, 1\]"):
-        M.brier_score([1.5], [True])
-    assert M.brier_score([1.0000000000000002], [True]) == 0.0  # round-off is clipped
+        M.top1_brier_score([1.5], [True])
+    assert M.top1_brier_score([1.0000000000000002], [True]) == 0.0  # round-off is clipped
 
 
 def test_rank_metrics_by_hand() -> None:
