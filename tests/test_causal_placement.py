@@ -11,10 +11,6 @@ def _rows(level: str, values: list[float], schedule: str = "steady") -> list[dic
     return [{"lr_level": level, "lr_schedule": schedule, "feature:update": v} for v in values]
 
 
-class _Fitted:
-    placement_: dict
-
-
 def test_fit_placement_takes_each_levels_median_and_skips_sparse_or_spiked_runs() -> None:
     rows = (_rows("ok", [-2.1, -2.0, -1.9]) + _rows("high", [-1.2, -1.0, -0.8])
             + _rows("very_high", [0.0, 0.1])  # too few runs: left out
@@ -30,18 +26,17 @@ def test_fit_placement_medians_never_decrease_along_the_levels() -> None:
 
 
 def test_offset_interpolates_the_feature_between_level_medians_within_half_a_level() -> None:
-    model = _Fitted()
-    model.placement_ = {"lr_level": {"ok": -2.0, "high": -1.0}}
+    placement = {"lr_level": {"ok": -2.0, "high": -1.0}}
     steady = {"lr_schedule": "steady"}
-    assert offset(model, "lr_level", "ok", {"update": -1.75}, steady) == 0.25
-    assert offset(model, "lr_level", "high", {"update": -1.75}, steady) == -0.5
-    assert offset(model, "lr_level", "ok", {"update": -2.0}, steady) == 0.0
+    assert offset(placement, "lr_level", "ok", {"update": -1.75}, steady) == 0.25
+    assert offset(placement, "lr_level", "high", {"update": -1.75}, steady) == -0.5
+    assert offset(placement, "lr_level", "ok", {"update": -2.0}, steady) == 0.0
     # missing feature (or a spike without its peak), or no fitted medians: the centre
-    assert offset(model, "lr_level", "ok", {"update": math.nan}, steady) == 0.0
+    assert offset(placement, "lr_level", "ok", {"update": math.nan}, steady) == 0.0
     spike = {"lr_schedule": "spike"}
-    assert offset(model, "lr_level", "ok", {"update": -2.0, "lr_peak": 0.25}, spike) == 0.25
-    assert offset(model, "lr_level", "ok", {"update": -1.75}, spike) == 0.0
-    assert offset(model, "init_level", "ok", {"fwd_gain": 3.0}, steady) == 0.0
+    assert offset(placement, "lr_level", "ok", {"update": -2.0, "lr_peak": 0.25}, spike) == 0.25
+    assert offset(placement, "lr_level", "ok", {"update": -1.75}, spike) == 0.0
+    assert offset(placement, "init_level", "ok", {"fwd_gain": 3.0}, steady) == 0.0
 
 
 def test_the_shipped_model_carries_its_fitted_level_medians() -> None:
