@@ -7,8 +7,8 @@ import pandas as pd
 import pytest
 import torch
 from torch import nn
+from training import train_mlp
 
-import neuraldbg as ndb
 from benchmarks.baselines import BASELINES
 from benchmarks.baselines.autotrainer import AutoTrainerBaseline
 from benchmarks.baselines.deepdiagnosis import DeepDiagnosisBaseline
@@ -16,32 +16,11 @@ from neuraldbg.methods import available_methods, get_method
 from neuraldbg.trace import Trace
 
 
-def _train(kind: str, steps: int = 60, seed: int = 0) -> Trace:
+def _train(kind: str) -> Trace:
     """A small real run under NeuralDbg: healthy, or broken in one known way."""
-    torch.manual_seed(seed)
-    x = torch.randn(128, 8)
-    y = (x[:, :2].sum(1, keepdim=True) > 0).float()
-    act = nn.Sigmoid if kind == "vanish" else nn.ReLU
-    depth = 8 if kind == "vanish" else 3
-    layers: list[nn.Module] = []
-    w = 8
-    for _ in range(depth):
-        layers += [nn.Linear(w, 16), act()]
-        w = 16
-    model = nn.Sequential(*layers, nn.Linear(w, 1))
-    if kind == "dead":  # the second ReLU's inputs are all negative: dead units there
-        with torch.no_grad():
-            model[2].bias.fill_(-8.0)
-    lr = {"explode": 20.0, "low": 1e-7}.get(kind, 0.2)
-    opt = torch.optim.SGD(model.parameters(), lr=lr)
-    with ndb.NeuralDbg(model, optimizer=opt, config={"lr": lr}, seed=seed) as dbg:
-        for _ in range(steps):
-            opt.zero_grad()
-            loss = nn.functional.mse_loss(model(x), y)
-            loss.backward()
-            opt.step()
-            dbg.step(loss)
-    return dbg.trace
+    act, depth = (nn.Sigmoid, 8) if kind == "vanish" else (nn.ReLU, 3)
+    return train_mlp(act=act, depth=depth, lr={"explode": 20.0, "low": 1e-7}.get(kind, 0.2),
+                     dead_bias=kind == "dead")
 
 
 @pytest.fixture(scope="module")

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import torch
 from torch import nn
+from training import train_mlp
 
 import benchmarks.baselines  # noqa: F401  (registers the baselines)
 import neuraldbg as ndb
@@ -50,34 +51,14 @@ def _healthy_params() -> list:
             if n in PUBLISHED_FALSE_ALARMS else n for n in METHODS]
 
 
-def _train(kind: str, steps: int = 60, seed: int = 0) -> Trace:
+def _train(kind: str) -> Trace:
     """A small MLP trained under NeuralDbg.
 
     Healthy, diverging (lr=20), with dead ReLUs, or vanishing (eight sigmoid layers).
     """
-    torch.manual_seed(seed)
-    x = torch.randn(128, 8)
-    y = (x[:, :2].sum(1, keepdim=True) > 0).float()
     act, depth = (nn.Sigmoid, 8) if kind == "vanishing" else (nn.ReLU, 2)
-    layers: list[nn.Module] = []
-    width = 8
-    for _ in range(depth):
-        layers += [nn.Linear(width, 16), act()]
-        width = 16
-    model = nn.Sequential(*layers, nn.Linear(width, 1))
-    if kind == "dead":  # the second ReLU's inputs are all negative
-        with torch.no_grad():
-            model[2].bias.fill_(-8.0)
-    lr = 20.0 if kind == "diverging" else 0.2
-    opt = torch.optim.SGD(model.parameters(), lr=lr)
-    with ndb.NeuralDbg(model, optimizer=opt, config={"lr": lr}, seed=seed) as dbg:
-        for _ in range(steps):
-            opt.zero_grad()
-            loss = nn.functional.mse_loss(model(x), y)
-            loss.backward()
-            opt.step()
-            dbg.step(loss)
-    return dbg.trace
+    return train_mlp(act=act, depth=depth, lr=20.0 if kind == "diverging" else 0.2,
+                     dead_bias=kind == "dead")
 
 
 @pytest.fixture(scope="module")

@@ -6,6 +6,7 @@ import torch
 from torch import nn
 
 import neuraldbg as ndb
+from neuraldbg.trace import Trace
 
 
 def train(model: nn.Module, steps: int, *, input_scale: float = 1.0, lr: float = 0.05,
@@ -25,3 +26,33 @@ def train(model: nn.Module, steps: int, *, input_scale: float = 1.0, lr: float =
             opt.step()
             dbg.step(loss)
     return dbg
+
+
+def train_mlp(*, act: type[nn.Module], depth: int, lr: float, dead_bias: bool = False,
+              steps: int = 60, seed: int = 0) -> Trace:
+    """A small MLP (8 inputs, ``depth`` hidden layers of 16, 1 output) on a sign task, MSE, SGD.
+
+    ``dead_bias`` sets the second hidden layer's bias to -8, so its ReLU units die. Returns
+    the recorded trace.
+    """
+    torch.manual_seed(seed)
+    x = torch.randn(128, 8)
+    y = (x[:, :2].sum(1, keepdim=True) > 0).float()
+    layers: list[nn.Module] = []
+    width = 8
+    for _ in range(depth):
+        layers += [nn.Linear(width, 16), act()]
+        width = 16
+    model = nn.Sequential(*layers, nn.Linear(width, 1))
+    if dead_bias:  # the second ReLU's inputs are all negative
+        with torch.no_grad():
+            model[2].bias.fill_(-8.0)
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    with ndb.NeuralDbg(model, optimizer=opt, config={"lr": lr}, seed=seed) as dbg:
+        for _ in range(steps):
+            opt.zero_grad()
+            loss = nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            opt.step()
+            dbg.step(loss)
+    return dbg.trace
