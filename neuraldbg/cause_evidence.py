@@ -93,6 +93,18 @@ class CauseWeights:
     clip_plain : float, default=0.25
         Fixed support of ``missing_gradient_clipping`` for a non-recurrent net without
         clipping: always a valid fix, never a measured cause (module docstring).
+    steps_too_big, steps_too_big_decades : float, default=10.0, 0.25
+        A recurrent net explodes through time in rare spikes that a clip caps while its
+        ordinary steps are sound (the zoo's ``rnn_no_clip``: update ratio 1.2-1.9 x
+        ``update_ratio_high``). When the update ratio before the failure is already
+        ``steps_too_big`` times ``update_ratio_high`` (every step moves the weights by a
+        tenth of their size), the ordinary gradients of such a net are of the size a clip
+        leaves alone and the rate is what makes the steps big: a GRU at lr 3 with SGD
+        momentum (update ratio 0.05-0.3) still diverges under ``clip_grad_norm_(1.0)``.
+        The recurrent clipping support is multiplied by ``1 -`` the support for that,
+        graded over ``decades`` (sharp: 0.9 one half-decade past, 0.04 at 1.9 x). Not
+        applied to ``clip_plain``: a feed-forward net's huge steps come from exploding
+        gradients, which a clip does shrink (the zoo's ``resnet_no_norm``).
     saturating_base, saturating_share : float, default=0.1, 0.85
         ``saturating_activation`` on vanishing gradients = ``base + share x`` the share of
         the decay across sigmoid/tanh modules: 0.95 when they do all of it.
@@ -118,6 +130,13 @@ class CauseWeights:
     plateau_lr_high : float, default=0.5
         Factor on ``learning_rate_too_high`` for a stall: too high a rate can also stall
         (bouncing across a valley), but more often diverges.
+    loss_rise, loss_rise_decades : float, default=1.5, 0.08
+        A stalled run whose loss ended ``loss_rise`` times above where it started did not
+        just fail to learn: training made it worse, which large steps do (bouncing out of
+        the valley) and labels without signal do not (they keep the loss at chance). The
+        support for that rise (0 for a loss that ended no higher, 0.5 at 1.5x, 0.85 at 2x) lifts
+        ``learning_rate_too_high`` to the full update-ratio support and takes its share
+        from ``data_problem``.
     plateau_init_small : float, default=0.5
         Factor on ``init_scale_too_small`` for a stall (a small init vanishes first).
     plateau_clip : float, default=0.8
@@ -156,6 +175,8 @@ class CauseWeights:
     clip_recurrent_base: float = 0.5
     clip_recurrent_spikes: float = 0.45
     clip_plain: float = 0.25
+    steps_too_big: float = 10.0
+    steps_too_big_decades: float = 0.25
     saturating_base: float = 0.1
     saturating_share: float = 0.85
     preact_center: float = 2.0
@@ -167,6 +188,8 @@ class CauseWeights:
     saturating_fixed: float = 0.35
     mismatch_lr_discount: float = 0.8
     plateau_lr_high: float = 0.5
+    loss_rise: float = 1.5
+    loss_rise_decades: float = 0.08
     plateau_init_small: float = 0.5
     plateau_clip: float = 0.8
     data_problem: float = 0.75

@@ -112,6 +112,20 @@ class _Shared:
         return logistic_support(float(self.extra.get("grad_spikiness", math.nan)),
                                 self.cfg.grad_spike)
 
+    def loss_rise(self) -> float:
+        """Support for "the stalled loss ended well above where it started"."""
+        end_over_start = 1.0 - float(self.extra.get("improvement", math.nan))
+        if not end_over_start > 1.0:  # a loss that did not rise is no evidence of rising
+            return 0.0
+        return logistic_support(end_over_start, self.w.loss_rise,
+                                decades=self.w.loss_rise_decades)
+
+    def clip_can_help(self) -> float:
+        """1 - support for "even the ordinary steps are far too big" (a clip cannot help)."""
+        return 1.0 - logistic_support(self.facts.update_ratio,
+                                      self.cfg.update_ratio_high * self.w.steps_too_big,
+                                      decades=self.w.steps_too_big_decades)
+
 
 class _Candidates:
     """The causes of one symptom with their support, those under ``min_support`` left out."""
@@ -253,9 +267,10 @@ def _blowup_causes(cands: _Candidates, s: _Shared) -> None:
     if facts.grad_clip is None:
         # Recurrent nets explode through time without clipping; spikes are its mark.
         cands.put("missing_gradient_clipping",
-                  w.clip_recurrent_base + w.clip_recurrent_spikes * s.spikes()
-                  if facts.recurrent else w.clip_plain,
-                  {"grad_clip": None, "recurrent": facts.recurrent})
+                  (w.clip_recurrent_base + w.clip_recurrent_spikes * s.spikes())
+                  * s.clip_can_help() if facts.recurrent else w.clip_plain,
+                  {"grad_clip": None, "recurrent": facts.recurrent,
+                   "update_ratio": facts.update_ratio})
 
 
 def _vanishing_causes(cands: _Candidates, s: _Shared) -> None:
@@ -319,11 +334,13 @@ def _plateau_causes(cands: _Candidates, s: _Shared) -> None:
                                              "threshold": cfg.update_ratio_low,
                                              "total_update": facts.total_update,
                                              "lr": facts.lr})
-    cands.put("learning_rate_too_high", w.plateau_lr_high * s.lr_high, s.ev_lr)
+    rise = s.loss_rise()
+    cands.put("learning_rate_too_high", max(w.plateau_lr_high, rise) * s.lr_high,
+              {**s.ev_lr, "loss_rise_support": rise})
     cands.put("init_scale_too_small", w.plateau_init_small * s.init_small, s.ev_init)
     if facts.grad_clip is None and facts.recurrent:  # stalled by exploding spikes
-        cands.put("missing_gradient_clipping", w.plateau_clip * s.spikes(),
-                  {"grad_clip": None, "recurrent": True,
+        cands.put("missing_gradient_clipping", w.plateau_clip * s.spikes() * s.clip_can_help(),
+                  {"grad_clip": None, "recurrent": True, "update_ratio": facts.update_ratio,
                    "grad_spikiness": s.extra.get("grad_spikiness")})
     _data_problem(cands, s)
 
@@ -340,9 +357,12 @@ def _data_problem(cands: _Candidates, s: _Shared) -> None:
     moved = logistic_support(ur, cfg.data_update_ratio)
     others = max([sup for c, (sup, _) in cands.out.items() if c != "unknown"] + [0.0])
     spiky = s.spikes()
-    cands.put("data_problem", s.w.data_problem * moved * (1.0 - others) * (1.0 - spiky),
+    rise = s.loss_rise()
+    cands.put("data_problem",
+              s.w.data_problem * moved * (1.0 - others) * (1.0 - spiky) * (1.0 - rise),
               {"update_ratio": ur, "threshold": cfg.data_update_ratio,
-               "other_cause_support": others, "grad_spikiness": s.extra.get("grad_spikiness")})
+               "other_cause_support": others, "grad_spikiness": s.extra.get("grad_spikiness"),
+               "loss_rise_support": rise})
 
 
 #: The rules of each failure type (the script bugs apply to every one).

@@ -413,9 +413,11 @@ def _divergence_origin(run: _Run) -> tuple[str, str | None, Propagation | None]:
 
 
 def _divergence_extent(run: _Run, onset: int) -> dict[str, float]:
-    """How far the loss rose from where it stood just before, and whether it stayed.
+    """How far the loss rose from where it stood, and whether it stayed.
 
-    A converged run that jumps back up diverged even if it stays under its starting level.
+    The level is the lower of the loss just before the onset and the run's starting
+    baseline: a converged run that jumps back up diverged even if it stays under its
+    starting level, and a loss that climbed gradually diverged from where it started.
     """
     dyn, cfg = run.dyn, run.states.config
     loss = run.trace.steps["loss"].to_numpy(dtype=float, na_value=np.nan)
@@ -426,6 +428,10 @@ def _divergence_extent(run: _Run, onset: int) -> dict[str, float]:
     bad_share = float(np.mean(diverged)) if len(tail) else 1.0
     before = loss[(steps < onset) & np.isfinite(loss)][-cfg.loss_window:]
     level = float(np.median(before)) if len(before) else abs(dyn.baseline)
+    if math.isfinite(dyn.baseline) and dyn.baseline > 0:
+        # A loss that climbed for a while before crossing the blow-up line is measured
+        # against where it started, not against the height it had already climbed to.
+        level = min(level, dyn.baseline)
     level = max(level, run.w.level_floor)
     finite_tail = tail[np.isfinite(tail)]
     peak = float(finite_tail.max()) if len(finite_tail) else math.nan
@@ -507,4 +513,4 @@ def _plateau(run: _Run) -> Symptom | None:
         (cfg.plateau_improvement - imp) / cfg.plateau_improvement, 0.0, 1.0))
     return Symptom("training_plateau", run.facts.first_layer, dyn.plateau_step, strength,
                    1.0, 1.0, {"improvement": imp, "threshold": cfg.plateau_improvement},
-                   extra={"grad_spikiness": dyn.grad_spikiness})
+                   extra={"grad_spikiness": dyn.grad_spikiness, "improvement": imp})
