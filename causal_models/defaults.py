@@ -11,7 +11,7 @@ fault given the fault's parents (knobs, context, latent traits).
 
 from __future__ import annotations
 
-from causal_models.registry import register_failure_mode, register_root_cause
+from causal_models.registry import register_code_bug, register_failure_mode, register_root_cause
 from neuraldbg.records import FAILURE_TYPES, HEALTHY
 
 __all__: list[str] = []
@@ -209,3 +209,24 @@ def _missing_clip(clipping: str, arch: str, lr_level: str, init_level: str) -> f
 def _unknown() -> float:
     return 0.03
 
+
+
+# Code bugs: causes no knob drives (no fault node). What each mechanism ends in, as
+# CONTRACT.md's vocabulary describes it; the data outweigh it wherever a family shows the bug.
+# gradients summed over steps grow like a running sum until the updates blow up
+register_code_bug("missing_zero_grad", failure_types={
+    "exploding_gradients": 1.0, "loss_divergence": 0.5, "training_plateau": 0.3})
+# probabilities fed to a loss that expects logits: a flat, saturated loss surface
+register_code_bug("loss_output_mismatch", failure_types={
+    "training_plateau": 1.0, "saturated_activations": 0.3, "vanishing_gradients": 0.3})
+# targets far off the output scale: the loss stalls high, or its huge gradients blow up
+register_code_bug("unscaled_targets", failure_types={
+    "training_plateau": 1.0, "loss_divergence": 0.5, "exploding_gradients": 0.3})
+# identical units receive identical updates: the gradient signal collapses and learning stalls
+register_code_bug("symmetric_init", failure_types={
+    "vanishing_gradients": 1.0, "training_plateau": 0.8})
+# labels unrelated to inputs: a stall with healthy gradients
+register_code_bug("data_problem", failure_types={"training_plateau": 1.0})
+# layers cut off from the gradient do not learn: a stall, gradients vanishing before the cut
+register_code_bug("gradient_blocked", failure_types={
+    "training_plateau": 1.0, "vanishing_gradients": 0.5})

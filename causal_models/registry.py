@@ -49,6 +49,8 @@ __all__ = [
     "get_root_cause",
     "list_failure_modes",
     "list_root_causes",
+    "register_code_bug",
+    "code_bug_failure_types",
     "KNOB_NODES",
     "CONTEXT_NODES",
 ]
@@ -184,6 +186,7 @@ class CauseFragment:
 _SIGNATURE_KINDS = ("grad", "act", "loss", "progress", "spikes", "grad_ratio")
 _FAILURE_MODES: Registry[FailureMode] = Registry("failure mode")
 _ROOT_CAUSES: Registry[CauseFragment] = Registry("root cause")
+_CODE_BUGS: Registry[dict[str, float]] = Registry("code bug")
 
 
 def register_failure_mode(
@@ -322,3 +325,42 @@ def list_failure_modes() -> list[FailureMode]:
 def list_root_causes() -> list[CauseFragment]:
     """Registered root causes in registration order."""
     return _ROOT_CAUSES.values()
+
+
+def register_code_bug(name: str, *, failure_types: Mapping[str, float]) -> None:
+    """Declare the failure types a bug in the training code produces (its prior signature).
+
+    A code bug (a forgotten ``zero_grad()``, a softmax before a logits loss, ...) is a state
+    of ``root_cause`` without a fault node: no knob drives it (see
+    :func:`causal_models.structure.unmodelled_causes`). Its mechanism still says which
+    failures it ends in; that is the prior of its slice states, which the data outweigh
+    where a family shows the bug. A bug not declared here gets every failure type alike.
+
+    Parameters
+    ----------
+    name : str
+        A root cause of the vocabulary without a registered fault fragment.
+    failure_types : dict of str to float
+        Registered failure modes and their relative weights.
+
+    Raises
+    ------
+    DuplicateNameError
+        If ``name`` is already declared (a ``ValueError``).
+    ValueError
+        If ``name`` has a fault fragment or a failure type is not registered.
+    """
+    _CODE_BUGS.check_new(name)
+    if name in _ROOT_CAUSES:
+        raise ValueError(f"{name!r} is a registered root cause with a fault node; a code bug "
+                         "is a cause no knob drives. Unregister it first or pick another name.")
+    for ft in failure_types:
+        if ft not in _FAILURE_MODES:
+            raise ValueError(f"Code bug {name!r} names unknown failure mode {ft!r}. Known "
+                             f"failure modes: {sorted(_FAILURE_MODES)}. Register it first.")
+    _CODE_BUGS.add(name, dict(failure_types))
+
+
+def code_bug_failure_types(name: str) -> dict[str, float] | None:
+    """The failure types declared for code bug ``name``, or None when it has none."""
+    return dict(_CODE_BUGS.get(name)) if name in _CODE_BUGS else None

@@ -49,6 +49,7 @@ from causal_models.registry import (
     KNOB_NODES,
     CauseFragment,
     FailureMode,
+    code_bug_failure_types,
     list_failure_modes,
     list_root_causes,
 )
@@ -83,8 +84,9 @@ def unmodelled_causes() -> list[str]:
     Bugs in the training code (a forgotten ``zero_grad()``, a softmax before a logits loss,
     a detached tensor, ...) that no knob drives: they are states of ``root_cause`` without a
     fault node, so they act on the layer states like any cause, the rules' verdict senses
-    them, and the data give them their tables (the rules give no signature: every failure
-    type is equally likely a priori). Read from the vocabulary at call time.
+    them, and the data give them their tables; their prior signature is the failure types
+    their mechanism ends in (:func:`causal_models.registry.register_code_bug`; every failure
+    type alike when none is declared). Read from the vocabulary at call time.
     """
     known = {c.name for c in list_root_causes()}
     return [c for c in vocabulary_root_causes() if c not in known]
@@ -295,8 +297,9 @@ def _produced(causes: list[CauseFragment], ft_states: tuple[str, ...]
     """Root-cause state -> the failure types it produces, with weights."""
     produce = {c.name: dict(c.failure_types) for c in causes}
     produce[NO_CAUSE] = {HEALTHY: 1.0}
-    for name in unmodelled_causes():  # no signature: the data decide
-        produce[name] = {ft: 1.0 for ft in ft_states if ft != HEALTHY}
+    for name in unmodelled_causes():  # a code bug: its declared failures, else any failure
+        produce[name] = code_bug_failure_types(name) or {
+            ft: 1.0 for ft in ft_states if ft != HEALTHY}
     return produce
 
 
