@@ -289,17 +289,23 @@ def register_root_cause(
 
 
 def unregister(name: str) -> None:
-    """Remove a registered failure mode or root cause (for tests and interactive work).
+    """Remove a registered failure mode, root cause or code-bug declaration.
+
+    For tests and interactive work. A code bug's name stays in the vocabulary (it is the
+    contract's): only its declared failure types go, so it produces any failure alike.
 
     Raises
     ------
     UnknownNameError
-        If ``name`` is neither (a ``KeyError``); the message lists both kinds' names.
+        If ``name`` is none of these (a ``KeyError``); the message lists the kinds' names.
     """
     if name in _ROOT_CAUSES:
         _ROOT_CAUSES.unregister(name)
     elif name in _FAILURE_MODES:
         _FAILURE_MODES.unregister(name)
+    elif name in _CODE_BUGS:
+        _CODE_BUGS.unregister(name)
+        return
     else:
         raise UnknownNameError(
             f"{name!r} is not registered as a failure mode or a root cause. Known failure "

@@ -150,21 +150,29 @@ def _cause_emission(produce: dict[str, float], by_mode: dict[str, FailureMode],
                for ft, w in zip(ft_states, mix, strict=False))
 
 
-def _failure_row(last: dict[str, str], where_of: dict[str, tuple[str, ...]],
-                 states: dict[str, tuple[str, ...]], by_mode: dict[str, FailureMode],
-                 ft_states: tuple[str, ...]) -> np.ndarray:
+def _signature_tables(where_of: dict[str, tuple[str, ...]], states: dict[str, tuple[str, ...]],
+                      by_mode: dict[str, FailureMode], ft_states: tuple[str, ...]
+                      ) -> dict[str, dict[str, np.ndarray]]:
+    """Node -> its state -> the signature weight of that state under each failure type."""
+    tables = {}
+    for node, where in where_of.items():
+        kind, sts = node.split("@")[0].split("[")[0], states[node]
+        per_ft = [by_mode[ft].weights(kind, where, sts) for ft in ft_states]
+        tables[node] = {x: np.array([w[i] for w in per_ft]) for i, x in enumerate(sts)}
+    return tables
+
+
+def _failure_row(last: dict[str, str], tables: dict[str, dict[str, np.ndarray]],
+                 n_failure_types: int) -> np.ndarray:
     """Prior P(failure type | the last slice's states).
 
-    The failure modes' signatures inverted by Bayes' rule under a uniform prior over failure types
-    (the failure type is
-    what those states end in, so it is their child).
+    The failure modes' signatures (:func:`_signature_tables`) inverted by Bayes' rule under a
+    uniform prior over failure types (the failure type is what those states end in, so it is
+    their child).
     """
-    score = np.ones(len(ft_states))
+    score = np.ones(n_failure_types)
     for node, state in last.items():
-        kind = node.split("@")[0].split("[")[0]
-        sts = states[node]
-        score *= [by_mode[ft].weights(kind, where_of[node], sts)[sts.index(state)]
-                  for ft in ft_states]
+        score *= tables[node][state]
     return score / score.sum()
 
 
@@ -284,10 +292,11 @@ def _add_failure_type(nodes: NodeTables, n_slices: int, n_blocks: int,
         for n in ft_parents}
     if lead is not None:
         where_of[lead] = ("early" if last - 1 < max(1, n_slices - 2) else "late", "output")
-    states = nodes.states
+    # one table per parent, not one signature lookup per parent configuration (81,920 rows)
+    tables = _signature_tables(where_of, nodes.states, mode_of, ft_states)
 
     def ft_row(**kw: str) -> np.ndarray:
-        return _failure_row(kw, where_of, states, mode_of, ft_states)
+        return _failure_row(kw, tables, len(ft_states))
 
     nodes.add("failure_type", ft_states, tuple(sorted(ft_parents)), "failure_type", ft_row)
 

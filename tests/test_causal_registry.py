@@ -138,3 +138,39 @@ def test_the_rules_abstention_is_equally_likely_under_every_named_cause() -> Non
     col = configs.index(tuple("learning_rate_too_high" if p == "root_cause" else
                               "training_plateau" for p in parents))
     assert prior[unknown, col] > 5 * prior[wrong, col]
+
+
+def _slice_prior(s, node: str, cause: str) -> dict[str, float]:
+    """P(node | root_cause=cause) from the structure's pseudo-counts (other parents averaged)."""
+    parents = s.parents[node]
+    cols = [i for i, cfg in enumerate(itertools.product(*(s.states[p] for p in parents)))
+            if dict(zip(parents, cfg))["root_cause"] == cause]
+    counts = s.prior[node][:, cols].sum(axis=1)
+    return dict(zip(s.states[node], counts / counts.sum()))
+
+
+def test_a_code_bug_declares_the_failures_its_mechanism_ends_in() -> None:
+    """A code bug (no knob, no fault node) gets its declared failure types as the prior of the
+    layer states; without a declaration it produces any failure alike."""
+    declared = build_structure()
+    # gradients summed over steps explode; a stall with healthy gradients is a data problem
+    zero_grad = _slice_prior(declared, "grad[0]@3", "missing_zero_grad")
+    data = _slice_prior(declared, "grad[0]@3", "data_problem")
+    assert zero_grad["exploding"] > 2 * data["exploding"]
+    assert data["healthy"] > zero_grad["healthy"]
+    registry.unregister("missing_zero_grad")
+    try:
+        assert "missing_zero_grad" in build_structure().states["root_cause"]  # still a cause
+        undeclared = _slice_prior(build_structure(), "grad[0]@3", "missing_zero_grad")
+        assert undeclared["exploding"] < zero_grad["exploding"]
+        with pytest.raises(ValueError, match="unknown failure mode 'oscillating'"):
+            registry.register_code_bug("missing_zero_grad", failure_types={"oscillating": 1.0})
+        with pytest.raises(ValueError, match="registered root cause with a fault node"):
+            registry.register_code_bug("learning_rate_too_high",
+                                       failure_types={"training_plateau": 1.0})
+    finally:
+        registry.register_code_bug("missing_zero_grad", failure_types={
+            "exploding_gradients": 1.0, "loss_divergence": 0.5, "training_plateau": 0.3})
+    with pytest.raises(DuplicateNameError):
+        registry.register_code_bug("missing_zero_grad", failure_types={"training_plateau": 1.0})
+    assert _slice_prior(build_structure(), "grad[0]@3", "missing_zero_grad") == zero_grad
