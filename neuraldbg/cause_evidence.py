@@ -116,6 +116,14 @@ class CauseWeights:
     negative_bias_later : float, default=0.5
         Factor on ``negative_bias_init`` when the units died after the first step (a bias
         can start out fine and be pushed down by training).
+    dead_inputs : float, default=1.0
+        Factor on ``unnormalized_inputs`` (the input-scale support) for dead units: raw
+        inputs inflate every update of the first layers, and a unit one of them pushes far
+        negative stays dead (an MLP on 0-255 pixels with a rate tuned for [0, 1] inputs; a
+        rate a hundred times lower also rescues it, but scaling the inputs is the fix that
+        keeps the rate, as for the other failures they cause). The same large updates are
+        why the update ratio reads high, so the learning-rate support an upstream blow-up
+        lends dead units is discounted by the input support too.
     dead_init_large : float, default=0.5
         Factor on ``init_scale_too_large`` for dead units: a large init kills units less
         directly than it explodes gradients.
@@ -182,6 +190,7 @@ class CauseWeights:
     preact_center: float = 2.0
     preact_base: float = 3.0
     negative_bias_later: float = 0.5
+    dead_inputs: float = 1.0
     dead_init_large: float = 0.5
     first_activation_floor: float = 0.5
     first_activation_gain: float = 0.5

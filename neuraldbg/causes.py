@@ -299,9 +299,10 @@ def _dead_causes(cands: _Candidates, s: _Shared) -> None:
                   {"preactivation_mean_over_std": z})
     later = 0.0 if s.from_start else max(s.lr_high, w.lr_jump_later if s.jump else 0.0,
                                          float(s.extra.get("upstream_instability", 0.0))
-                                         * (1.0 - max(s.piled, s.targets)))
+                                         * (1.0 - max(s.piled, s.targets, s.inputs)))
     cands.put("learning_rate_too_high", later, s.ev_lr)
     cands.put("init_scale_too_large", s.init_large * w.dead_init_large, s.ev_init)
+    cands.put("unnormalized_inputs", w.dead_inputs * s.inputs, s.ev_inputs)
 
 
 def _saturated_causes(cands: _Candidates, s: _Shared) -> None:

@@ -26,14 +26,14 @@ def _mlp(out: int = 10) -> nn.Module:
 
 
 def _train(model: nn.Module, opt: torch.optim.Optimizer, loss_fn, targets: torch.Tensor, *,
-           zero_grad: bool = True, steps: int = 150) -> ndb.Trace:
+           zero_grad: bool = True, steps: int = 150, inputs: torch.Tensor = X) -> ndb.Trace:
     g = torch.Generator().manual_seed(0)
     with ndb.NeuralDbg(model, optimizer=opt) as dbg:
         for _ in range(steps):
-            idx = torch.randint(0, len(X), (64,), generator=g)
+            idx = torch.randint(0, len(inputs), (64,), generator=g)
             if zero_grad:
                 opt.zero_grad()
-            loss = loss_fn(model(X[idx]), targets[idx])
+            loss = loss_fn(model(inputs[idx]), targets[idx])
             loss.backward()
             opt.step()
             dbg.step(loss)
@@ -229,3 +229,18 @@ def test_a_recurrent_net_at_far_too_high_a_rate_is_the_rate_not_missing_clipping
         assert hyps and hyps[0].root_cause == "learning_rate_too_high", (method, hyps[:2])
         assert claimed == {"learning_rate_too_high"}, (method, hyps[:3])
     assert _top(_train_gru(0.3, clip)) is None
+
+
+def test_raw_pixel_inputs_that_kill_units_are_named_not_the_learning_rate() -> None:
+    """0-255 pixels into an MLP with a rate tuned for [0, 1] inputs: the first updates blow the
+    loss up to ~1e3 and leave the ReLUs dead. Dividing by 255 is the fix (the twin trains)."""
+    for method in ("heuristic", "probabilistic"):
+        model = _mlp()
+        hyps = ndb.explain(_train(model, torch.optim.SGD(model.parameters(), lr=0.05,
+                                                         momentum=0.9),
+                                  F.cross_entropy, Y, inputs=X * 255.0), method=method)
+        assert hyps and hyps[0].root_cause == "unnormalized_inputs", (method, hyps[:2])
+        assert hyps[0].confidence >= 0.5
+    model = _mlp()
+    _assert_healthy(_train(model, torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9),
+                           F.cross_entropy, Y, inputs=X))
