@@ -256,13 +256,14 @@ def accumulation_support(facts: RunFacts, cfg: ThresholdConfig,
     ``cfg.grad_accumulation_growth``-fold
     or more over the run (a running sum grows like the step; a healthy run keeps it within a
     few-fold, a too-high rate grows both norms together), and the global gradient norm
-    grows from the first steps like a running sum (:func:`running_sum_support`'s shape).
+    grows from the first steps like a running sum (:func:`running_sum_support`'s shape, with
+    ``cfg.grad_accumulation_monotone`` rising steps).
     Unlike that rule it does not ask the loss to stall: Adam still lowers the loss a little
     on a summed gradient. The ratio alone also grows when the weights blow up after a
     learning-rate spike (the layers' inputs grow), which the shape rules out.
     """
     exponent, power_fit, rising = facts.grad_growth
-    if not (power_fit >= cfg.grad_sum_fit and rising >= cfg.grad_sum_monotone
+    if not (power_fit >= cfg.grad_sum_fit and rising >= cfg.grad_accumulation_monotone
             and exponent >= cfg.grad_sum_exponent):
         return 0.0  # a running sum also grows step after step from the start
     return logistic_support(facts.grad_accumulation, cfg.grad_accumulation_growth,

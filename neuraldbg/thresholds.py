@@ -169,6 +169,14 @@ class ThresholdConfig:
         init measures ~1 and rows filled with one constant exactly 0 (a float32 spread of
         identical values stays ~1e-7); 1e-3 leaves room for both. A zero-initialised head is
         symmetric at enter but not after training, so it never counts.
+    grad_accumulation_monotone : float, default=0.6
+        The share of rising steps :func:`~neuraldbg.cause_evidence.accumulation_support`
+        asks of the running-sum shape, lower than ``grad_sum_monotone``: the ratio's
+        ``grad_accumulation_growth``-fold rise is itself the mark of summed gradients, and
+        the power law (exponent and fit) already rules out a blow-up (no zoo run outside
+        the missing-``zero_grad`` families has that shape at all); Adam's noisy steps on a
+        recurrent net leave 0.66-0.72 rising (an LSTM that never calls ``zero_grad``, two
+        seeds) where healthy training goes up about half the time.
     grad_accumulation_growth : float, default=10.0
         Parameter-gradient norm / output-gradient norm of a layer growing this much from the
         first tenth of the run to the last one: the parameter gradient holds the steps before
@@ -244,6 +252,7 @@ class ThresholdConfig:
     grad_sum_steps: int = 30
     loss_scale_ratio: float = 1e3
     row_diversity_low: float = 1e-3
+    grad_accumulation_monotone: float = 0.6
     grad_accumulation_growth: float = 10.0
     batchnorm_std_high: float = 5.0
     data_update_ratio: float = 1e-3
