@@ -59,9 +59,14 @@ def estimate_tables(structure: Structure, data: pd.DataFrame, weights: np.ndarra
     ValueError
         If a column holds a state outside its node's states.
     """
+    return _network_from_codes(structure, _state_codes(structure, data), weights)
+
+
+def _network_from_codes(structure: Structure, codes: dict[str, np.ndarray],
+                        weights: np.ndarray) -> Any:
+    """:func:`estimate_tables` on the rows' state indices (:func:`_state_codes`)."""
     _, _, _, tabular_cpd = import_pgmpy(estimators=False)
     model = new_network(structure.states, structure.edges)
-    codes = _state_codes(structure, data)
     parents = {node: sorted(structure.parents[node]) for node in structure.states}
     counts = _weighted_counts(structure, codes, parents, np.asarray(weights, dtype=float))
     cpds = []
@@ -88,7 +93,7 @@ def _state_codes(structure: Structure, data: pd.DataFrame) -> dict[str, np.ndarr
     codes = {}
     for node, states in structure.states.items():
         column = frame[node]
-        code = pd.Categorical(column, categories=list(states)).codes.astype(np.int64)
+        code = pd.Index(states).get_indexer(column).astype(np.int64)
         if (code < 0).any():
             raise ValueError(f"Node {node!r} got states {sorted(set(column[code < 0]), key=str)} "
                              f"outside its states {list(states)}.")
@@ -166,11 +171,13 @@ def fit_out_of_family_calibrator(
     fold_of = {g: i % k for i, g in enumerate(groups)}
     target = plain if plain.sum() >= MIN_PLAIN_RUNS else np.ones(len(data), dtype=bool)
     probs = np.zeros((len(data), len(classes)))
+    codes = _state_codes(structure, data)
     for fold in range(k):
         test = np.array([fold_of[f] == fold for f in fam])
         if test.all() or not test.any():
             continue
-        sub = estimate_tables(structure, data[~test].reset_index(drop=True), weights[~test])
+        sub = _network_from_codes(structure, {n: c[~test] for n, c in codes.items()},
+                                  weights[~test])
         scored = test & target
         evidence = data[scored][structure.observed_nodes()].to_dict("records")
         if evidence:
