@@ -94,7 +94,7 @@ def variable_elimination(network: Any) -> Any:
 def _pruning_cached(base: type) -> type:
     """``base`` (pgmpy's ``VariableElimination``) with its pruning step memoised."""
 
-    class CachedPruningVariableElimination(base):  # type: ignore[misc, valid-type]
+    class CachedPruningVariableElimination(base):
         def _prune_bayesian_model(self, variables: Any, evidence: Any) -> Any:
             evidence = {} if evidence is None else evidence
             pruned = self.__dict__.setdefault("_pruned", {})
