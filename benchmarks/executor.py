@@ -113,6 +113,12 @@ class _LineProgress:
                 t["last"] = now
 
 
+def _say_nothing_to_do(show: bool, description: str) -> None:
+    """One line for a batch with no task (every zoo run reused), so the log shows the stage."""
+    if show:
+        print(f"{description}: nothing to run", flush=True)
+
+
 def _progress(show: bool) -> Any:
     if show and not sys.stdout.isatty():
         return _LineProgress()
@@ -186,6 +192,7 @@ class LocalExecutor(Executor):
             root: str | os.PathLike[str] | None = None) -> list[Any]:
         results: list[Any] = [None] * len(tasks)
         if not tasks:
+            _say_nothing_to_do(self.progress, description)
             return results
         with _progress(self.progress) as bar:
             job = bar.add_task(description, total=len(tasks))
@@ -267,6 +274,7 @@ class RayExecutor(Executor):
         ray = self._ray
         results: list[Any] = [None] * len(tasks)
         if not tasks:
+            _say_nothing_to_do(self.progress, description)
             return results
         base = str(Path(root).resolve()) if root is not None else None
         refs = [self._remote.remote(fn, kwargs, base, self._inputs(kwargs, base))

@@ -116,11 +116,18 @@ def runnable_methods(requested: list[str] | None = None) -> tuple[list[str], dic
     return ok, missing
 
 
-def _latency(model: DiagnosisMethod, trace: Trace, truth: dict[str, Any]) -> float:
-    """Steps from the onset until the method, fed the run so far, names the true failure."""
+def _latency(model: DiagnosisMethod, trace: Trace, truth: dict[str, Any],
+             prefixes: dict[int, Trace] | None = None) -> float:
+    """Steps from the onset until the method, fed the run so far, names the true failure.
+
+    ``prefixes`` holds the truncated runs by last step, shared by the methods scored on one
+    run (so what a method caches per trace, the baselines' pivoted tables or the
+    probabilistic model's evidence, is computed once per prefix, not once per method).
+    """
     onset = truth.get("onset_step")
     if onset is None or truth.get("failure_type", HEALTHY) == HEALTHY or trace.steps.empty:
         return math.nan
+    prefixes = {} if prefixes is None else prefixes
     last = int(trace.steps["step"].max())
     d, offsets = 1, [0]
     while onset + d < last:
@@ -128,7 +135,10 @@ def _latency(model: DiagnosisMethod, trace: Trace, truth: dict[str, Any]) -> flo
         d *= 2
     offsets.append(max(0, last - onset))
     for off in offsets:
-        hyps = model.explain(truncate_trace(trace, int(onset) + off))
+        end = int(onset) + off
+        if end not in prefixes:
+            prefixes[end] = truncate_trace(trace, end)
+        hyps = model.explain(prefixes[end])
         label, _ = M.predicted_label(hyps)
         if label == truth["failure_type"]:
             return float(off)
@@ -136,18 +146,20 @@ def _latency(model: DiagnosisMethod, trace: Trace, truth: dict[str, Any]) -> flo
 
 
 def score_method_on_run(model: DiagnosisMethod, trace: Trace, truth: dict[str, Any], *,
-                        latency: bool) -> dict[str, Any]:
+                        latency: bool, prefixes: dict[int, Trace] | None = None
+                        ) -> dict[str, Any]:
     """One method's answer on one run, scored.
 
     The fields of :func:`metrics.score_run` plus ``latency``, ``explain_s``,
-    ``suggested_fix`` (JSON) and ``hypotheses`` (JSON).
+    ``suggested_fix`` (JSON) and ``hypotheses`` (JSON). ``prefixes``: the run's truncated
+    copies by last step, shared by the methods scored on it (see :func:`_latency`).
     """
     t0 = time.perf_counter()
     hyps = list(model.explain(trace))
     dt = time.perf_counter() - t0
     rec = M.score_run(hyps, truth)
     rec["explain_s"] = dt
-    rec["latency"] = _latency(model, trace, truth) if latency else math.nan
+    rec["latency"] = _latency(model, trace, truth, prefixes) if latency else math.nan
     fix = suggest_fix(hyps)
     rec["fix_source"] = "table" if fix else ""
     if fix and callable(getattr(model, "what_if", None)):
@@ -176,10 +188,12 @@ def task_diagnose(path: str, methods: list[str], latency: bool) -> list[dict[str
     trace = load(path)
     truth = trace.ground_truth or {}
     rows = []
+    prefixes: dict[int, Trace] = {}
     for name in methods:
         base = {**_truth_fields(path, truth), "method": name, "split": "none", "fold": ""}
         try:
-            scored = score_method_on_run(_method(name), trace, truth, latency=latency)
+            scored = score_method_on_run(_method(name), trace, truth, latency=latency,
+                                         prefixes=prefixes)
             rows.append({**base, **scored, "error": ""})
         except Exception as exc:
             rows.append({**base, "error": f"{type(exc).__name__}: {exc}"})

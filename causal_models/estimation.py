@@ -7,7 +7,6 @@ out-of-family predictions of a grouped cross-validation (:mod:`causal_models.cal
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -49,28 +48,86 @@ def family_weights(families: Sequence[str], balance: Literal["family", "none"]) 
 def estimate_tables(structure: Structure, data: pd.DataFrame, weights: np.ndarray) -> Any:
     """The network with every table estimated from ``data`` (Dirichlet priors, weighted).
 
+    Each table is what pgmpy's ``BayesianEstimator.estimate_cpd(node, prior_type="dirichlet",
+    pseudo_counts=structure.prior[node], weighted=True)`` returns, to the last bit (the
+    weighted counts are summed as pandas' grouped sum does, with Kahan compensation, in row
+    order), but counted for every node in one pass over the rows instead of one pandas
+    group-by per node: pgmpy's counting was 60% of a fit's time.
+
     Raises
     ------
     ValueError
         If a column holds a state outside its node's states.
     """
-    _, est, _, _ = import_pgmpy()
+    return _network_from_codes(structure, _state_codes(structure, data), weights)
+
+
+def _network_from_codes(structure: Structure, codes: dict[str, np.ndarray],
+                        weights: np.ndarray) -> Any:
+    """:func:`estimate_tables` on the rows' state indices (:func:`_state_codes`)."""
+    _, _, _, tabular_cpd = import_pgmpy(estimators=False)
     model = new_network(structure.states, structure.edges)
-    frame = data.reindex(columns=list(structure.states)).copy()
+    parents = {node: sorted(structure.parents[node]) for node in structure.states}
+    counts = _weighted_counts(structure, codes, parents, np.asarray(weights, dtype=float))
+    cpds = []
     for node, states in structure.states.items():
-        bad = ~frame[node].isin(states)
-        if bad.any():
-            raise ValueError(f"Node {node!r} got states {sorted(set(frame[node][bad]))} "
-                             f"outside its states {list(states)}.")
-    frame["_weight"] = weights
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        estimator = est.BayesianEstimator(model, frame, state_names=dict(structure.states))
-        cpds = [estimator.estimate_cpd(node, prior_type="dirichlet",
-                                       pseudo_counts=structure.prior[node], weighted=True)
-                for node in structure.states]
+        ps = parents[node]
+        cpd = tabular_cpd(node, len(states), counts[node] + np.array(structure.prior[node]),
+                          evidence=ps, evidence_card=[len(structure.states[p]) for p in ps],
+                          state_names={v: structure.states[v] for v in (node, *ps)})
+        cpd.normalize()
+        cpds.append(cpd)
     model.add_cpds(*cpds)
     return model
+
+
+def _state_codes(structure: Structure, data: pd.DataFrame) -> dict[str, np.ndarray]:
+    """Each node's column as indices into its states.
+
+    Raises
+    ------
+    ValueError
+        If a column holds a state outside its node's states (or is missing).
+    """
+    frame = data.reindex(columns=list(structure.states))
+    codes = {}
+    for node, states in structure.states.items():
+        column = frame[node]
+        code = pd.Index(states).get_indexer(column).astype(np.int64)
+        if (code < 0).any():
+            raise ValueError(f"Node {node!r} got states {sorted(set(column[code < 0]), key=str)} "
+                             f"outside its states {list(states)}.")
+        codes[node] = code
+    return codes
+
+
+def _weighted_counts(structure: Structure, codes: dict[str, np.ndarray],
+                     parents: dict[str, list[str]], weights: np.ndarray
+                     ) -> dict[str, np.ndarray]:
+    """Per node, the summed weights of the rows in each (state, parent configuration) cell.
+
+    Shape ``(n_states, prod(parent cards))``, parent configurations in ``itertools.product``
+    order of ``parents[node]``. Every node's cells lie side by side in one flat array; each
+    row adds its weight to one cell per node with Kahan's compensated summation, row after
+    row, as pandas' grouped sum does (so the sums are pgmpy's to the last bit).
+    """
+    nodes = list(structure.states)
+    shapes, offsets, start = {}, {}, 0
+    cells = np.zeros((len(weights), len(nodes)), dtype=np.int64)  # (n_rows, n_nodes)
+    for j, node in enumerate(nodes):
+        cards = [len(structure.states[node]), *(len(structure.states[p]) for p in parents[node])]
+        shapes[node], offsets[node] = (cards[0], int(np.prod(cards[1:], dtype=int))), start
+        cell = np.ravel_multi_index([codes[node], *(codes[p] for p in parents[node])], cards)
+        cells[:, j] = start + cell
+        start += int(np.prod(cards, dtype=int))
+    total, compensation = np.zeros(start), np.zeros(start)
+    for row, weight in zip(cells, weights, strict=True):
+        y = weight - compensation[row]
+        t = total[row] + y
+        compensation[row] = (t - total[row]) - y
+        total[row] = t
+    return {node: total[offsets[node]:offsets[node] + shapes[node][0] * shapes[node][1]]
+            .reshape(shapes[node]) for node in nodes}
 
 
 def fit_out_of_family_calibrator(
@@ -114,11 +171,13 @@ def fit_out_of_family_calibrator(
     fold_of = {g: i % k for i, g in enumerate(groups)}
     target = plain if plain.sum() >= MIN_PLAIN_RUNS else np.ones(len(data), dtype=bool)
     probs = np.zeros((len(data), len(classes)))
+    codes = _state_codes(structure, data)
     for fold in range(k):
         test = np.array([fold_of[f] == fold for f in fam])
         if test.all() or not test.any():
             continue
-        sub = estimate_tables(structure, data[~test].reset_index(drop=True), weights[~test])
+        sub = _network_from_codes(structure, {n: c[~test] for n, c in codes.items()},
+                                  weights[~test])
         scored = test & target
         evidence = data[scored][structure.observed_nodes()].to_dict("records")
         if evidence:

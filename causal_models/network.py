@@ -45,12 +45,45 @@ from causal_models.labels import training_labels
 from causal_models.observation import observe
 from causal_models.placement import fit_placement
 from causal_models.posterior import calibrate_joint, joint_posterior
-from causal_models.structure import build_structure, root_cause_states
+from causal_models.registry import list_failure_modes, list_root_causes
+from causal_models.structure import (
+    Structure,
+    build_structure,
+    root_cause_states,
+    unmodelled_causes,
+)
 from causal_models.support import table_support
 from neuraldbg.records import Hypothesis
 from neuraldbg.trace import Trace
 
 __all__ = ["ProbabilisticReasoner"]
+
+#: Structures built by :func:`_structure`, by their parameters and the registry's entries.
+_STRUCTURES: dict[tuple[Any, ...], tuple[Structure, tuple[Any, ...]]] = {}
+#: Structures :data:`_STRUCTURES` keeps (the oldest goes first).
+_MAX_STRUCTURES = 8
+
+
+def _structure(**params: Any) -> Structure:
+    """:func:`build_structure` of ``params``, built once per parameters and registry state.
+
+    Building the priors costs seconds (every parent configuration of ``failure_type``
+    weighs every registered signature) and every fit with the same parameters builds the
+    same structure: a benchmark fits it once per held-out fold and eight times more in each
+    fit's calibration. The registry's entries (frozen records) are part of the key, so
+    registering or removing a rule builds anew; the key holds them, so their ``id`` is not
+    reused meanwhile. The cached priors are read-only.
+    """
+    entries = (*list_failure_modes(), *list_root_causes())
+    key = (tuple(sorted(params.items())), tuple(map(id, entries)), tuple(unmodelled_causes()))
+    if key not in _STRUCTURES:
+        structure = build_structure(**params)
+        for prior in structure.prior.values():
+            prior.setflags(write=False)
+        if len(_STRUCTURES) >= _MAX_STRUCTURES:
+            _STRUCTURES.pop(next(iter(_STRUCTURES)))
+        _STRUCTURES[key] = (structure, entries)
+    return _STRUCTURES[key][0]
 
 
 class ProbabilisticReasoner:
@@ -239,11 +272,10 @@ class ProbabilisticReasoner:
             placed.append({**rows[-1], **{f"feature:{k}": v for k, v in disc.features.items()}})
             families.append(str(gt.get("family", f"run{i}")))
             plain.append(is_plain(gt))
-        self.structure_ = build_structure(n_slices=self.n_time_slices, n_blocks=self.n_blocks,
-                                          prior_strength=self.prior_strength,
-                                          persistence=self.persistence, coupling=self.coupling,
-                                          rule_evidence=self.rule_evidence,
-                                          rule_trust=self.rule_trust)
+        self.structure_ = _structure(n_slices=self.n_time_slices, n_blocks=self.n_blocks,
+                                     prior_strength=self.prior_strength,
+                                     persistence=self.persistence, coupling=self.coupling,
+                                     rule_evidence=self.rule_evidence, rule_trust=self.rule_trust)
         data = pd.DataFrame(rows)
         weights = family_weights(families, self.balance)
         self.network_ = estimate_tables(self.structure_, data, weights)

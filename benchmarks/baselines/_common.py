@@ -9,6 +9,7 @@ ours, not the peers', and the same for every baseline.
 
 from __future__ import annotations
 
+import weakref
 from abc import ABC, abstractmethod
 
 import numpy as np
@@ -76,11 +77,28 @@ def hypotheses_for(failure_type: str, origin_layer: str, origin_step: int, confi
     ]
 
 
+#: Wide tables already pivoted, per trace (by identity) and statistic; see :func:`wide`.
+_WIDE_CACHE: dict[int, dict[tuple[int, int, str], pd.DataFrame]] = {}
+
+
 def wide(trace: Trace, column: str) -> pd.DataFrame:
-    """``trace.stat(column)`` (steps x modules in forward order), empty when not recorded."""
+    """``trace.stat(column)`` (steps x modules in forward order), empty when not recorded.
+
+    Pivoting is most of a baseline's time, and the baselines read the same statistics
+    (all four the NaN/inf counts, three the gradient norms): each table is pivoted once
+    per trace object and statistic, and every caller gets its own copy. Keyed by the
+    trace's identity and its stats table's, and forgotten with the trace.
+    """
     if trace.stats.empty or column not in trace.stats.columns:
         return pd.DataFrame()
-    return trace.stat(column)
+    tables = _WIDE_CACHE.get(id(trace))
+    if tables is None:
+        tables = _WIDE_CACHE[id(trace)] = {}
+        weakref.finalize(trace, _WIDE_CACHE.pop, id(trace), None)
+    key = (id(trace.stats), len(trace.stats), column)
+    if key not in tables:
+        tables[key] = trace.stat(column)
+    return tables[key].copy()
 
 
 def param_layers(trace: Trace) -> list[str]:
