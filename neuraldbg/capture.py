@@ -212,6 +212,7 @@ class Recorder:
         self._log = StepLog([name for name, _ in leaves], cap, dev,
                             has_params=self._has_params, complement=self._complement)
         self._diversity = WeightDiversity(leaves)
+        self._diversity_at: int | None = None  # step of the last diversity flush
 
     # --------------------------------------------------------------- lifecycle
     def __enter__(self) -> Recorder:
@@ -222,6 +223,7 @@ class Recorder:
         try:
             self._reset_host_state()
             self._diversity.snapshot(self._step)
+            self._diversity_at = None  # the enter snapshot goes to the host at the next flush
             self._status = "running"
             self._error = None
             if self.out is not None:
@@ -528,7 +530,9 @@ class Recorder:
             again) and ``meta.json`` says ``write_failed`` where it can still be written.
         """
         n = self._slot
-        self._diversity.flush(self._step)
+        if n or self._diversity_at != self._step:  # (not again when no step closed since)
+            self._diversity.flush(self._step)
+            self._diversity_at = self._step
         if n:
             chunk = self._log.drain(n, self._meter)
             if self._measured:  # the open step's parameter norms sit in row n
