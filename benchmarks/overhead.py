@@ -19,6 +19,7 @@ growth per 1,000 steps while streaming a trace to disk.
 from __future__ import annotations
 
 import argparse
+import collections
 import copy
 import json
 import statistics
@@ -30,6 +31,7 @@ import torch
 from rich.console import Console
 from rich.table import Table
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import neuraldbg as ndb
 from neuraldbg.syncs import HostSyncCounter
@@ -189,6 +191,55 @@ def host_syncs_per_step(name: str, steps: int = 20) -> float:
     return (counts[1] - counts[0]) / steps
 
 
+class _OpCounter(TorchDispatchMode):
+    """Counts every aten op dispatched while active, by name."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.counts: collections.Counter[str] = collections.Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.counts[str(func)] += 1
+        return func(*args, **(kwargs or {}))
+
+
+def extra_ops_per_step(name: str, every: int, steps: int = 32) -> dict[str, float]:
+    """Aten ops NeuralDbg adds per step, total and by op (``every`` a divisor of ``steps``).
+
+    Steady state: after two flush periods of ``steps`` steps (every cached view of a buffer
+    row made), the ops of the next ``steps - 1`` steps, which hold no flush. On a small
+    model on the CPU each dispatched op costs a few microseconds whatever its size, so this
+    count is the capture's fixed cost per step.
+    """
+    torch.manual_seed(0)
+    model, x, y = MODELS[name]()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    counts = []
+    for use in (False, True):
+        dbg = ndb.NeuralDbg(model, optimizer=opt, every=every, flush_every=steps) if use \
+            else None
+        if dbg is not None:
+            dbg.__enter__()
+        counter = _OpCounter()
+        for i in range(3 * steps - 1):
+            if i == 2 * steps:
+                counter.__enter__()
+            opt.zero_grad()
+            loss = nn.functional.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+            if dbg is not None:
+                dbg.step(loss)
+        counter.__exit__(None, None, None)
+        if dbg is not None:
+            dbg.__exit__(None, None, None)
+        counts.append(counter.counts)
+    extra = counts[1].copy()
+    extra.subtract(counts[0])
+    by_op = {op: n / (steps - 1) for op, n in extra.most_common() if n}
+    return {"total": sum(extra.values()) / (steps - 1), "by_op": by_op}
+
+
 def _rss_mib() -> float:
     with open("/proc/self/statm") as fh:
         pages = int(fh.read().split()[1])
@@ -253,6 +304,8 @@ def main(argv: list[str] | None = None) -> dict:
                         + (f", {rows[-1]['steps_ratio']:.3f}x (steps)"
                            if args.alternate_steps else ""))
     syncs = {name: host_syncs_per_step(name) for name in args.models}
+    ops = {f"{name} every={every}": extra_ops_per_step(name, every)
+           for name in args.models for every in args.every}
     mem = memory_growth(steps=args.memory_steps) if args.memory_steps > 1000 else None
     table = Table(title="NeuralDbg capture overhead, hooked / bare step time "
                         f"({args.clock} time)")
@@ -266,9 +319,12 @@ def main(argv: list[str] | None = None) -> dict:
                       f"{r['bare_ms_per_step']:.3f}", f"{r['hooked_ms_per_step']:.3f}", alt)
     console.print(table)
     console.print(f"host syncs added per step: {syncs}")
+    console.print("aten ops added per step: " + ", ".join(
+        f"{k}: {v['total']:.1f}" for k, v in ops.items()))
     if mem is not None:
         console.print(f"RSS growth while streaming: {mem:.2f} MiB per 1,000 steps")
-    result = {"rows": rows, "host_syncs_per_step": syncs, "rss_mib_per_1000_steps": mem,
+    result = {"rows": rows, "host_syncs_per_step": syncs, "extra_ops_per_step": ops,
+              "rss_mib_per_1000_steps": mem,
               "steps_per_round": args.steps, "rounds": args.rounds, "threads": args.threads,
               "clock": args.clock,
               "torch": torch.__version__}

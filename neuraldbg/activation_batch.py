@@ -68,10 +68,11 @@ def _unit_max(x: torch.Tensor, channel_first: bool, out: torch.Tensor,
               scratch: torch.Tensor | None) -> torch.Tensor | None:
     """Largest |x| of each unit over the batch (NaN where a NaN is present).
 
-    A float32 output of at most ``_LARGE`` elements is reduced straight into ``out`` (the
-    ``(n_units,)`` slot of the step's unit buffer), its ``|x|`` written into ``scratch``
-    (a reused tensor of x's shape, so no temporary is allocated), and ``None`` is
-    returned; otherwise the result is returned for the caller to copy in.
+    A float32 output is reduced straight into ``out`` (the ``(n_units,)`` slot of the
+    step's unit buffer) and ``None`` is returned: one of at most ``_LARGE`` elements has
+    its ``|x|`` written into ``scratch`` (a reused tensor of x's shape, so no temporary is
+    allocated), a larger one is reduced through its max and min. Another dtype's result is
+    returned for the caller to copy in.
     """
     if x.dim() < 2:
         if x.dtype == torch.float32:
@@ -86,11 +87,21 @@ def _unit_max(x: torch.Tensor, channel_first: bool, out: torch.Tensor,
             return None
         return x.abs().amax(dim=dims)
     # A large output: no |x| temporary of its size; inner (contiguous) dims reduce first.
+    # A float32 result goes straight into ``out`` (no copy afterwards).
+    f32 = x.dtype == torch.float32
     inner = tuple(d for d in dims if d > 1) if dims[0] == 0 and 1 not in dims else ()
     if inner:
         hi, lo = x.amax(dim=inner), x.amin(dim=inner)
-        return torch.maximum(hi, lo.neg_()).amax(dim=0)
-    return torch.maximum(x.amax(dim=dims), x.amin(dim=dims).neg_())
+        both = torch.maximum(hi, lo.neg_(), out=hi)
+        if not f32:
+            return both.amax(dim=0)
+        torch.amax(both, dim=0, out=out)
+        return None
+    hi, lo = x.amax(dim=dims), x.amin(dim=dims).neg_()
+    if not f32:
+        return torch.maximum(hi, lo)
+    torch.maximum(hi, lo, out=out)
+    return None
 
 
 class ActivationBatch:

@@ -22,44 +22,36 @@ loss) also per-module statistics, parameter norms and the update ``||dW|| / ||W|
 from __future__ import annotations
 
 import contextlib
-import math
 import os
-import platform
-import sys
 import time
 import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import fields, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 import torch
 from torch import nn
 
 from neuraldbg.activation_batch import ActivationBatch
-from neuraldbg.capture_config import CaptureConfig, first_float_tensor
+from neuraldbg.capture_config import CaptureConfig, first_float_tensor, resolve_capture_config
+from neuraldbg.capture_sink import CaptureSink, RunInfo, run_meta
 from neuraldbg.errors import CaptureError, NeuralDbgWarning
 from neuraldbg.grad_norms import OutputGradNorms
 from neuraldbg.host_values import LossProbe, read_lr
 from neuraldbg.module_table import module_table, monitored_modules, parameter_owners
-from neuraldbg.optimizers import as_optimizers, group_by_optimizer, scaler_scale
-from neuraldbg.param_norms import ParamMeter
-from neuraldbg.statistics import DEN, is_channel_first
-from neuraldbg.step_log import Chunk, StepLog
-from neuraldbg.trace import (
-    SCHEMA_VERSION,
-    STAT_COLUMNS,
-    STEP_COLUMNS,
-    TRACE_FORMAT,
-    Trace,
-    TraceWriter,
-    check_json,
-    load_trace,
-    rank_shard,
+from neuraldbg.optimizers import (
+    as_optimizers,
+    closure_then,
+    group_by_optimizer,
+    scaler_scale,
 )
+from neuraldbg.param_norms import ParamMeter
+from neuraldbg.sampling import SamplingSchedule
+from neuraldbg.statistics import DEN, is_channel_first
+from neuraldbg.step_log import StepLog
+from neuraldbg.trace import Trace, check_json, rank_shard
 from neuraldbg.weight_diversity import WeightDiversity
 
 __all__ = ["Recorder", "CaptureConfig"]
@@ -152,17 +144,7 @@ class Recorder:
                             "capture settings as capture_config=CaptureConfig(...).")
         if config is not None and not isinstance(config, Mapping):
             raise TypeError(f"config must be a dict of run metadata, got {type(config).__name__}.")
-        if capture_config is not None and not isinstance(capture_config, CaptureConfig):
-            raise TypeError(f"capture_config must be a CaptureConfig, got "
-                            f"{type(capture_config).__name__}.")
-        base = capture_config or CaptureConfig()
-        overrides = {k: v for k, v in (("every", every), ("flush_every", flush_every))
-                     if v is not None}
-        for name, value in {"every": base.every, "flush_every": base.flush_every,
-                            **overrides}.items():
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}.")
-        self.cfg = replace(base, **overrides)
+        self.cfg = resolve_capture_config(capture_config, every=every, flush_every=flush_every)
         self.model = model
         self.optimizer = optimizer
         self.scaler = scaler
@@ -183,11 +165,15 @@ class Recorder:
         self._error: str | None = None
         self._rank: tuple[int, int] | None = None
         self._build_tables()
+        opts = [type(o).__name__ for o in self._optimizers]
+        self._info = RunInfo(
+            config=self.config, seed=seed, cfg=self.cfg, model_class=type(model).__name__,
+            optimizer_class=opts[0] if len(opts) == 1 else opts or None,
+            grad_scaler=scaler is not None, root_parameters=self._root_params,
+            device=str(self._device), ground_truth=ground_truth)
         self._step = 0
-        # finished chunks in memory: numpy columns of steps and stats (frames built on read)
-        self._chunks: list[Chunk] = []
-        self._unwritten: list[Chunk] = []
-        self._writer: TraceWriter | None = None
+        self._schedule = SamplingSchedule(self.cfg)
+        self._sink = CaptureSink()  # finished chunks, in memory or streamed to ``out``
         self._trace_cache: Trace | None = None
 
     # ------------------------------------------------------------------ set-up
@@ -226,25 +212,26 @@ class Recorder:
         self._log = StepLog([name for name, _ in leaves], cap, dev,
                             has_params=self._has_params, complement=self._complement)
         self._diversity = WeightDiversity(leaves)
+        self._diversity_at: int | None = None  # step of the last diversity flush
 
     # --------------------------------------------------------------- lifecycle
     def __enter__(self) -> Recorder:
         """Register the hooks and start recording (see the class docstring)."""
         if self._active:
             raise CaptureError("This NeuralDbg is already active; enter it once.")
-        writer = None
+        opened = False
         try:
             self._reset_host_state()
             self._diversity.snapshot(self._step)
-            if self.out is not None:
-                # a later enter of the same object continues its own trace
-                writer = TraceWriter(self._shard_root(), overwrite=self.overwrite,
-                                     append=self._entered)
+            self._diversity_at = None  # the enter snapshot goes to the host at the next flush
             self._status = "running"
             self._error = None
-            if writer is not None:
-                writer.write_modules(self._modules_table())
-                writer.write_meta(self._meta())
+            if self.out is not None:
+                # a later enter of the same object continues its own trace
+                self._sink.open(self._shard_root(), overwrite=self.overwrite,
+                                append=self._entered, modules=self._modules_table(),
+                                meta=self._meta())
+                opened = True
             if self.loss_from_output:
                 self._handles.append(self.model.register_forward_hook(self._root_hook))
             if self._recording:
@@ -255,11 +242,10 @@ class Recorder:
                                                                          k)))
         except BaseException:
             self._remove_hooks()
-            if writer is not None:
-                writer.close()
+            if opened:
+                self._sink.close()
             self._status = "not started" if not self._entered else "complete"
             raise  # the object stays usable: nothing is active
-        self._writer = writer
         self._active = True
         self._entered = True
         return self
@@ -284,8 +270,7 @@ class Recorder:
                 warnings.warn(f"NeuralDBG could not finish the trace after the run failed: "
                               f"{err!r}", NeuralDbgWarning, stacklevel=2)
             finally:
-                if self._writer is not None:
-                    self._writer.close()
+                self._sink.close()
 
     def _shard_root(self) -> Path:
         """``out``, or this rank's shard of it when several processes train together."""
@@ -325,9 +310,7 @@ class Recorder:
         self._slot = 0                 # buffer row of the current step
         self._loss_probe = LossProbe(self._device)
         # step 0 is always recorded; entering again later continues the every-k schedule
-        self._recording = self._step % self.cfg.every == 0
-        self._dense_until = -1
-        self._loss_ema: float | None = None
+        self._recording = self._schedule.reset(self._step)
         self._started = time.time()
         self._clear_pending()
 
@@ -411,20 +394,10 @@ class Recorder:
             self._close_step()  # dbg.step came before opt.step and this is the next step
         if k == 0 or not self._stepped:
             self._lr = read_lr(optimizer)
-        # args[0] is the optimizer itself, args[1] the closure when passed by position
-        closure = kwargs.get("closure", args[1] if len(args) > 1 else None)
-        if closure is None:
+        wrapped = closure_then(args, kwargs, partial(self._measure, k))
+        if wrapped is None:  # no closure: the gradients are there now
             self._measure(k)
-            return None
-
-        def measured_closure() -> Any:
-            result = closure()  # forward and backward of the step happen here
-            self._measure(k)
-            return result
-
-        if "closure" in kwargs:
-            return args, {**kwargs, "closure": measured_closure}
-        return (args[0], measured_closure, *args[2:]), kwargs
+        return wrapped
 
     def _measure(self, k: int | None) -> None:
         self._meter.before_update(self._slot, recorded=self._recording, snapshot=True,
@@ -478,28 +451,13 @@ class Recorder:
                 "dbg.step(loss) was called outside the `with dbg:` block. Wrap the training "
                 "loop in `with dbg:` so that hooks are active."
             )
-        host_loss: float | None = None
-        value: float | torch.Tensor = float("nan")
         if loss is None and self._output_losses:
             losses = self._output_losses
             loss = losses[0] if len(losses) == 1 else torch.stack(losses).mean()
-        if isinstance(loss, torch.Tensor):
-            if loss.numel() != 1:
-                raise ValueError(
-                    f"dbg.step(loss) expects a scalar loss, got a tensor of shape "
-                    f"{tuple(loss.shape)}. Pass the reduced loss (e.g. loss.mean())."
-                )
-            lt = loss.detach()
-            if lt.dim():
-                lt = lt.reshape(())
-            if lt.dtype != torch.float32 or lt.device != self._device:
-                lt = lt.to(self._device, torch.float32)
-            host_loss = self._loss_probe.read(lt)
-            # on the CPU the value was read without a sync: nothing to keep on the device
-            value = host_loss if lt.device.type == "cpu" and host_loss is not None else lt
-        elif loss is not None:
-            host_loss = float(loss)
-            value = host_loss
+        value: float | torch.Tensor = float("nan")
+        host_loss: float | None = None
+        if loss is not None:
+            value, host_loss = self._loss_probe.take(loss)
         if self._loss_given:
             self._close_step()  # the previous step's optimizer never stepped (skipped)
         self._loss = value
@@ -552,17 +510,7 @@ class Recorder:
         self._out_grads.close(log.den[slot, :, _GRADS], grad, self._scale)
 
     def _update_sampling(self, host_loss: float | None) -> None:
-        cfg = self.cfg
-        if host_loss is not None:
-            if not math.isfinite(host_loss):
-                self._dense_until = self._step + cfg.dense_window
-            else:
-                if self._loss_ema is not None and self._step > 5 and (
-                        host_loss > cfg.spike_factor * max(self._loss_ema, 1e-12)):
-                    self._dense_until = self._step + cfg.dense_window
-                self._loss_ema = (host_loss if self._loss_ema is None
-                                  else 0.9 * self._loss_ema + 0.1 * host_loss)
-        self._recording = (self._step % cfg.every == 0) or self._step <= self._dense_until
+        self._recording = self._schedule.next(self._step, host_loss)
         # Between recorded steps the modules run without forward hooks (PyTorch's fast call
         # path): the hooks come back for the next recorded step.
         if self._active and self._recording != bool(self._forward_handles):
@@ -582,29 +530,25 @@ class Recorder:
             again) and ``meta.json`` says ``write_failed`` where it can still be written.
         """
         n = self._slot
-        self._diversity.flush(self._step)
+        if n or self._diversity_at != self._step:  # (not again when no step closed since)
+            self._diversity.flush(self._step)
+            self._diversity_at = self._step
         if n:
             chunk = self._log.drain(n, self._meter)
             if self._measured:  # the open step's parameter norms sit in row n
                 self._meter.move(n, 0)
             self._slot = 0
-            (self._unwritten if self._writer is not None else self._chunks).append(chunk)
+            self._sink.add(chunk)
         self._trace_cache = None
-        if self._writer is None:
+        if not self._sink.streaming:
             return
         try:
-            while self._unwritten:
-                steps, stats = self._unwritten[0]
-                self._writer.write_chunk(pd.DataFrame(steps, columns=list(STEP_COLUMNS)),
-                                         pd.DataFrame(stats, columns=list(STAT_COLUMNS)))
-                self._unwritten.pop(0)
-            if final or n:
-                self._writer.write_modules(self._modules_table())
-                self._writer.write_meta(self._meta())
+            tables = final or bool(n)
+            self._sink.write(self._modules_table() if tables else None,
+                             self._meta() if tables else None)
         except OSError as err:
             self._status, self._error = "write_failed", f"{type(err).__name__}: {err}"
-            with contextlib.suppress(OSError):
-                self._writer.write_meta(self._meta())
+            self._sink.write_meta_quietly(self._meta())
             raise
 
     # ------------------------------------------------------------------ trace
@@ -615,35 +559,9 @@ class Recorder:
         return mods
 
     def _meta(self) -> dict[str, Any]:
-        from neuraldbg.version import __version__
-
-        return {
-            "status": self._status,
-            "error": self._error,
-            "config": self.config,
-            "seed": self.seed if self.seed is not None else int(torch.initial_seed()),
-            "every": self.cfg.every,
-            "flush_every": self.cfg.flush_every,
-            "capture_config": {f.name: getattr(self.cfg, f.name) for f in fields(self.cfg)},
-            "model_class": type(self.model).__name__,
-            "optimizer_class": (type(self._optimizers[0]).__name__ if len(self._optimizers) == 1
-                                else [type(o).__name__ for o in self._optimizers] or None),
-            "grad_scaler": self.scaler is not None,
-            "root_parameters": self._root_params,
-            "rank": self._rank[0] if self._rank else None,
-            "world_size": self._rank[1] if self._rank else None,
-            "device": str(self._device),
-            "n_steps": self._step,
-            "started_unix": getattr(self, "_started", None),
-            "versions": {
-                "neuraldbg": __version__,
-                "torch": torch.__version__,
-                "python": sys.version.split()[0],
-                "platform": platform.platform(),
-            },
-            "ground_truth": self.ground_truth,
-            "weight_diversity": self._diversity.to_dict(),
-        }
+        return run_meta(self._info, status=self._status, error=self._error, rank=self._rank,
+                        n_steps=self._step, started=getattr(self, "_started", None),
+                        weight_diversity=self._diversity.to_dict())
 
     @property
     def trace(self) -> Trace:
@@ -655,28 +573,6 @@ class Recorder:
         if self._active and self._slot:
             with contextlib.suppress(OSError):  # a failed write keeps the chunk in memory
                 self.flush()
-
-        def frame(chunks: list[Any], part: int, columns: dict[str, str]) -> pd.DataFrame:
-            if not chunks:
-                return pd.DataFrame(columns=list(columns))
-            return pd.DataFrame({c: np.concatenate([ch[part][c] for ch in chunks])
-                                 for c in columns}, columns=list(columns))
-
-        if self._writer is not None:
-            trace = load_trace(self._writer.root)
-            if self._unwritten:  # chunks the disk refused, still in memory
-                trace = Trace(
-                    steps=pd.concat([trace.steps, frame(self._unwritten, 0, STEP_COLUMNS)],
-                                    ignore_index=True),
-                    stats=pd.concat([trace.stats, frame(self._unwritten, 1, STAT_COLUMNS)],
-                                    ignore_index=True),
-                    modules=trace.modules, meta={**trace.meta, **self._meta()})
-        else:
-            trace = Trace(
-                steps=frame(self._chunks, 0, STEP_COLUMNS),
-                stats=frame(self._chunks, 1, STAT_COLUMNS),
-                modules=self._modules_table(),
-                meta={"format": TRACE_FORMAT, "schema_version": SCHEMA_VERSION, **self._meta()},
-            )
+        trace = self._sink.assemble(self._modules_table(), self._meta())
         self._trace_cache = trace
         return trace

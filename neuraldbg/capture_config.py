@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 
-__all__ = ["CaptureConfig", "first_float_tensor"]
+__all__ = ["CaptureConfig", "first_float_tensor", "resolve_capture_config"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +51,30 @@ class CaptureConfig:
     softmax_margin: float = 0.01
     smooth_tail: float = 0.01
     sample_size: int = 4096
+
+
+def resolve_capture_config(capture_config: CaptureConfig | None, *, every: int | None,
+                           flush_every: int | None) -> CaptureConfig:
+    """``capture_config`` (default ``CaptureConfig()``) with ``every``/``flush_every`` given.
+
+    Raises
+    ------
+    TypeError
+        If ``capture_config`` is not a :class:`CaptureConfig`.
+    ValueError
+        If ``every`` or ``flush_every`` (given or from the config) is not a positive int.
+    """
+    if capture_config is not None and not isinstance(capture_config, CaptureConfig):
+        raise TypeError(f"capture_config must be a CaptureConfig, got "
+                        f"{type(capture_config).__name__}.")
+    base = capture_config or CaptureConfig()
+    overrides = {k: v for k, v in (("every", every), ("flush_every", flush_every))
+                 if v is not None}
+    for name, value in {"every": base.every, "flush_every": base.flush_every,
+                        **overrides}.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}.")
+    return replace(base, **overrides)
 
 
 def first_float_tensor(obj: Any) -> torch.Tensor | None:

@@ -29,9 +29,38 @@ class LossProbe:
     """
 
     def __init__(self, device: torch.device) -> None:
+        self._device = device
         self._cuda = device.type == "cuda"
         self._host = torch.empty((), pin_memory=True) if self._cuda else None
         self._event: Any = None
+
+    def take(self, loss: torch.Tensor | float) -> tuple[float | torch.Tensor, float | None]:
+        """The step's loss to log, and its host value for the trigger when available.
+
+        A tensor loss is detached, made a float32 scalar on the model's device and logged as
+        a host float on the CPU (read without a sync), else as the device tensor (read at
+        the flush).
+
+        Raises
+        ------
+        ValueError
+            If ``loss`` is a tensor with more than one element.
+        """
+        if not isinstance(loss, torch.Tensor):
+            return float(loss), float(loss)
+        if loss.numel() != 1:
+            raise ValueError(
+                f"dbg.step(loss) expects a scalar loss, got a tensor of shape "
+                f"{tuple(loss.shape)}. Pass the reduced loss (e.g. loss.mean())."
+            )
+        lt = loss.detach()
+        if lt.dim():
+            lt = lt.reshape(())
+        if lt.dtype != torch.float32 or lt.device != self._device:
+            lt = lt.to(self._device, torch.float32)
+        host = self.read(lt)
+        # on the CPU the value was read without a sync: nothing to keep on the device
+        return (host if lt.device.type == "cpu" and host is not None else lt), host
 
     def read(self, loss: torch.Tensor) -> float | None:
         """The newest loss value available on the host (this step's on the CPU)."""

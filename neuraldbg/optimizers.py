@@ -8,7 +8,7 @@ registries; the capture hooks the optimizer they wrap, which is the one that rea
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -16,7 +16,8 @@ from torch import nn
 
 from neuraldbg.errors import NeuralDbgWarning
 
-__all__ = ["unwrap_optimizer", "as_optimizers", "group_by_optimizer", "scaler_scale"]
+__all__ = ["unwrap_optimizer", "as_optimizers", "group_by_optimizer", "scaler_scale",
+           "closure_then"]
 
 
 def unwrap_optimizer(optimizer: Any) -> torch.optim.Optimizer:
@@ -123,3 +124,24 @@ def group_by_optimizer(params: list[nn.Parameter], owner: list[int], names: list
         groups.append((start, len(order), upd))
     return ([params[i] for i in order], [owner[i] for i in order], [names[i] for i in order],
             groups)
+
+
+def closure_then(args: tuple[Any, ...], kwargs: dict[str, Any],
+                 after: Callable[[], None]) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
+    """An ``optimizer.step`` call's arguments with ``after`` run right after its closure.
+
+    For a step pre-hook: ``args[0]`` is the optimizer, the closure comes by position
+    (``args[1]``) or as ``closure=``. Returns ``None`` when the step has no closure.
+    """
+    closure = kwargs.get("closure", args[1] if len(args) > 1 else None)
+    if closure is None:
+        return None
+
+    def closure_and_after() -> Any:
+        result = closure()  # the step's forward and backward happen here
+        after()
+        return result
+
+    if "closure" in kwargs:
+        return args, {**kwargs, "closure": closure_and_after}
+    return (args[0], closure_and_after, *args[2:]), kwargs

@@ -52,7 +52,8 @@ class _FlatUpdate:
         self._snap = torch.empty(sum(sizes), dtype=first.dtype, device=first.device)
         self._now = torch.empty_like(self._snap)
         self._diff = torch.empty(sum(sizes), dtype=torch.float64, device=first.device)
-        self._sums = torch.empty(len(views), dtype=torch.float64, device=first.device)
+        self._zeros = torch.zeros(len(views), dtype=torch.float64, device=first.device)
+        self._sums = torch.empty_like(self._zeros)
         self._index = torch.repeat_interleave(
             torch.arange(len(views), device=first.device),
             torch.tensor(sizes, device=first.device))
@@ -66,8 +67,10 @@ class _FlatUpdate:
         """Write ``||W_now - W_snapshot||`` of each parameter into ``out``."""
         torch.cat(self.views, out=self._now)
         diff = torch.sub(self._now, self._snap, out=self._diff).square_()
-        self._sums.zero_().index_add_(0, self._index, diff)
-        out.copy_(self._sums.sqrt_())
+        # out-of-place forms with ``out=``: one dispatch each instead of zero_ + index_add_
+        # and sqrt_ + copy_ (same arithmetic: float64 sums, the square root cast to float32)
+        torch.index_add(self._zeros, 0, self._index, diff, out=self._sums)
+        torch.sqrt(self._sums, out=out)
 
 
 class ParamMeter:

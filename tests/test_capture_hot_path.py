@@ -138,3 +138,40 @@ def test_recorded_statistics_equal_the_ones_computed_by_hand(every):
                                    err_msg=col)
     assert (got["calls"] == 1).all()
     assert expected["act_frac_dead"].max() > 0  # the dead-unit count was exercised
+
+
+def test_weight_diversity_points_follow_the_weights_across_flushes_and_enters():
+    """A flush with no step closed since the last one measures nothing new; a new enter's
+    snapshot still reaches the trace, and every point equals the value of the weights then."""
+    from neuraldbg.weight_diversity import row_diversity
+
+    torch.manual_seed(3)
+    model = nn.Sequential(nn.Linear(5, 8), nn.ReLU(), nn.Linear(8, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.3)
+    x, y = torch.randn(16, 5), torch.randint(0, 4, (16,))
+    dbg = ndb.NeuralDbg(model, optimizer=opt, flush_every=5)
+    by_hand = {}
+
+    def note(step):
+        by_hand[step] = [row_diversity(layer.weight).item() for layer in (model[0], model[2])]
+
+    for epoch in range(2):
+        with dbg:
+            note(dbg.step_count)
+            for _ in range(5):  # ends on a flush boundary: the exit flush follows one
+                opt.zero_grad()
+                loss = nn.functional.cross_entropy(model(x), y)
+                loss.backward()
+                opt.step()
+                dbg.step(loss)
+            note(dbg.step_count)
+        if epoch == 0:
+            with dbg:  # entered and left without a step: its snapshot is kept
+                pass
+    div = dbg.trace.meta["weight_diversity"]
+    assert div["steps"] == [0, 5, 10]
+    for i, name in enumerate(("0", "2")):
+        np.testing.assert_allclose(div["modules"][name], [by_hand[s][i] for s in div["steps"]],
+                                   rtol=1e-6)
+    # the weights moved between the points (a stale value would repeat the previous one)
+    assert len(set(div["modules"]["0"])) == 3
