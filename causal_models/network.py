@@ -45,7 +45,7 @@ from causal_models.labels import training_labels
 from causal_models.observation import observe
 from causal_models.placement import fit_placement
 from causal_models.posterior import calibrate_joint, joint_posterior
-from causal_models.registry import list_failure_modes, list_root_causes
+from causal_models.registry import code_bug_failure_types, list_failure_modes, list_root_causes
 from causal_models.structure import (
     Structure,
     build_structure,
@@ -67,15 +67,17 @@ _MAX_STRUCTURES = 8
 def _structure(**params: Any) -> Structure:
     """:func:`build_structure` of ``params``, built once per parameters and registry state.
 
-    Building the priors costs seconds (every parent configuration of ``failure_type``
-    weighs every registered signature) and every fit with the same parameters builds the
-    same structure: a benchmark fits it once per held-out fold and eight times more in each
-    fit's calibration. The registry's entries (frozen records) are part of the key, so
-    registering or removing a rule builds anew; the key holds them, so their ``id`` is not
-    reused meanwhile. The cached priors are read-only.
+    Building the priors costs about 2 s of CPU and every fit with the same parameters
+    builds the same structure: a benchmark fits it once per held-out fold and eight times
+    more in each fit's calibration. The registry's entries (frozen records) and the code
+    bugs' declared failure types are part of the key, so registering or removing a rule
+    builds anew; the key holds the entries, so their ``id`` is not reused meanwhile. The
+    cached priors are read-only.
     """
     entries = (*list_failure_modes(), *list_root_causes())
-    key = (tuple(sorted(params.items())), tuple(map(id, entries)), tuple(unmodelled_causes()))
+    bugs = tuple((name, tuple(sorted((code_bug_failure_types(name) or {}).items())))
+                 for name in unmodelled_causes())
+    key = (tuple(sorted(params.items())), tuple(map(id, entries)), bugs)
     if key not in _STRUCTURES:
         structure = build_structure(**params)
         for prior in structure.prior.values():
