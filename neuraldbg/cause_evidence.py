@@ -238,12 +238,14 @@ def running_sum_support(facts: RunFacts, cfg: ThresholdConfig,
     """Support for "the gradients pile up across steps" (a missing ``zero_grad``).
 
     The global gradient norm grows from the first steps, step after step (at least
-    ``cfg.grad_sum_monotone`` of them), like a power of the step with an exponent of at least
-    ``cfg.grad_sum_exponent``, while the loss does not improve.
+    ``cfg.grad_sum_monotone`` of them), like a power of the step with an exponent between
+    ``cfg.grad_sum_exponent`` and ``cfg.grad_sum_exponent_max``, while the loss does not
+    improve.
     """
     exponent, power_fit, rising = facts.grad_growth
     if facts.loss_improved or not (power_fit >= cfg.grad_sum_fit
-                                   and rising >= cfg.grad_sum_monotone):
+                                   and rising >= cfg.grad_sum_monotone
+                                   and exponent <= cfg.grad_sum_exponent_max):
         return 0.0
     return logistic_support(exponent, cfg.grad_sum_exponent, decades=weights.grad_sum_decades)
 
@@ -264,7 +266,7 @@ def accumulation_support(facts: RunFacts, cfg: ThresholdConfig,
     """
     exponent, power_fit, rising = facts.grad_growth
     if not (power_fit >= cfg.grad_sum_fit and rising >= cfg.grad_accumulation_monotone
-            and exponent >= cfg.grad_sum_exponent):
+            and cfg.grad_sum_exponent <= exponent <= cfg.grad_sum_exponent_max):
         return 0.0  # a running sum also grows step after step from the start
     return logistic_support(facts.grad_accumulation, cfg.grad_accumulation_growth,
                             decades=weights.accumulation_decades)

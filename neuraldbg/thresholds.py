@@ -148,6 +148,11 @@ class ThresholdConfig:
         loss does not improve. A global gradient norm whose log-log growth over the first
         steps has at least this exponent, on a run whose loss ends no lower than it began, is
         that running sum. Healthy runs rise at most ~0.6 there while their loss falls.
+    grad_sum_exponent_max : float, default=3.0
+        ... and at most this: a running sum of gradients of bounded size grows like t, like
+        t^2 under momentum (the zoo's missing-``zero_grad`` runs measure 0.8-1.8); a norm
+        growing like t^12 is a blow-up (an MLP at lr 20 that does call ``zero_grad``), not
+        a sum.
     grad_sum_fit : float, default=0.8
         ... and the power law must fit that growth (R^2 of log norm against log step) at
         least this well ...
@@ -247,6 +252,7 @@ class ThresholdConfig:
     default_gain: float = 0.577
     input_scale_high: float = 5.0
     grad_sum_exponent: float = 0.8
+    grad_sum_exponent_max: float = 3.0
     grad_sum_fit: float = 0.8
     grad_sum_monotone: float = 0.9
     grad_sum_steps: int = 30

@@ -290,3 +290,24 @@ def test_an_lstm_trained_with_adam_without_zero_grad_is_named(zero_grad: bool) -
     assert hyps and hyps[0].root_cause == "missing_zero_grad", hyps[:2]
     assert not [h for h in hyps if h.confidence >= 0.5
                 and h.root_cause not in ("missing_zero_grad", "unknown")], hyps[:4]
+
+
+def test_a_blow_up_at_lr_20_is_not_read_as_gradients_never_reset() -> None:
+    """lr 20 with zero_grad called: the gradient norm grows like t^12, a blow-up; a running sum
+    of gradients grows like t (t^2 under momentum). The rate is the cause."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 3))
+    opt = torch.optim.SGD(model.parameters(), lr=20.0)
+    x, y = torch.randn(64, 8), torch.randint(0, 3, (64,))
+    with ndb.NeuralDbg(model, optimizer=opt, config={"lr": 20.0}) as dbg:
+        for _ in range(30):
+            opt.zero_grad()
+            loss = F.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+            dbg.step(loss)
+    for method in ("heuristic", "probabilistic"):
+        hyps = ndb.explain(dbg.trace, method=method)
+        assert hyps and hyps[0].root_cause == "learning_rate_too_high", (method, hyps[:2])
+        assert not [h for h in hyps if h.root_cause == "missing_zero_grad"
+                    and h.confidence >= 0.5], (method, hyps[:4])
