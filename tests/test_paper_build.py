@@ -47,3 +47,27 @@ def test_knob_effect_table_and_finding(tmp_path: Path) -> None:
     assert "closer to the randomised effect than the naive difference for 2 of 2" in text
     assert "has the sign of 1 of the 1 effects" in text
     assert text == build.knob_effects_section(path)  # the same text every time
+
+
+def test_the_committed_ablation_run_joins_when_no_local_one_exists(tmp_path: Path) -> None:
+    """A fresh clone has no results/ablation: the committed copy's rows join the default
+    report if it scored the same runs, and a local ablation run takes precedence."""
+    results = tmp_path / "results" / "default"
+    results.mkdir(parents=True)
+    assert build.ablation_dir(results) == build.COMMITTED_ABLATION
+    committed = json.loads((build.COMMITTED_ABLATION / "metrics.json").read_text())
+    rows = [k for k in committed["methods"] if k.startswith("probabilistic[family/")]
+    assert sorted(rows) == sorted(f"probabilistic[family/{n}]" for n in (
+        "no-rule-sensor", "run-level", "priors-only", "randomised"))
+    same = {"suite": committed["suite"], "notes": committed["notes"],
+            "methods": {"heuristic": committed["methods"]["heuristic"]}}
+    joined = build.with_ablation_rows(same, build.ablation_dir(results))
+    assert set(rows) <= set(joined["methods"]) and joined["ablation_source"]["differs"] == []
+    other = {**same, "notes": {**committed["notes"], "zoo_fingerprint": "another-zoo"}}
+    kept = build.with_ablation_rows(other, build.ablation_dir(results))
+    assert not set(rows) & set(kept["methods"])
+    assert kept["ablation_source"]["differs"] == ["notes.zoo_fingerprint"]
+    local = tmp_path / "results" / "ablation"
+    local.mkdir()
+    (local / "metrics.json").write_text("{}")
+    assert build.ablation_dir(results) == local
