@@ -59,19 +59,24 @@ CLOCKS = {"cpu": time.process_time, "wall": time.perf_counter}
 _clock = CLOCKS["cpu"]
 
 
+def _train_step(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor,
+                y: torch.Tensor, dbg: ndb.NeuralDbg | None) -> None:
+    """One step of the loop every measurement here times: the user's loop, bare or hooked."""
+    opt.zero_grad()
+    loss = nn.functional.cross_entropy(model(x), y)
+    loss.backward()
+    opt.step()
+    if dbg is not None:
+        dbg.step(loss)
+
+
 def _round(model, opt, x, y, steps: int, dbg: ndb.NeuralDbg | None) -> float:
-    loss_fn = nn.CrossEntropyLoss()
     t0 = _clock()
     if dbg is not None:
         dbg.__enter__()
     try:
         for _ in range(steps):
-            opt.zero_grad()
-            loss = loss_fn(model(x), y)
-            loss.backward()
-            opt.step()
-            if dbg is not None:
-                dbg.step(loss)
+            _train_step(model, opt, x, y, dbg)
     finally:
         if dbg is not None:
             dbg.__exit__(None, None, None)
@@ -140,7 +145,6 @@ def measure_alternating(name: str, every: int, *, steps: int,
     bare, x, y = MODELS[name]()
     hooked = copy.deepcopy(bare)
     opts = [torch.optim.Adam(m.parameters(), lr=1e-3) for m in (bare, hooked)]
-    loss_fn = nn.CrossEntropyLoss()
     times: tuple[list[float], list[float]] = ([], [])
     warmup = 50
     dbg = ndb.NeuralDbg(hooked, optimizer=opts[1], every=every)
@@ -149,12 +153,7 @@ def measure_alternating(name: str, every: int, *, steps: int,
         for i in range(steps + warmup):
             for side, (model, opt) in enumerate(zip((bare, hooked), opts)):
                 t0 = _clock()
-                opt.zero_grad()
-                loss = loss_fn(model(x), y)
-                loss.backward()
-                opt.step()
-                if side:
-                    dbg.step(loss)
+                _train_step(model, opt, x, y, dbg if side else None)
                 if i >= warmup:
                     times[side].append(_clock() - t0)
 
@@ -179,12 +178,7 @@ def host_syncs_per_step(name: str, steps: int = 20) -> float:
             dbg.__enter__()
         with HostSyncCounter() as mode:
             for _ in range(steps):
-                opt.zero_grad()
-                loss = nn.functional.cross_entropy(model(x), y)
-                loss.backward()
-                opt.step()
-                if dbg is not None:
-                    dbg.step(loss)
+                _train_step(model, opt, x, y, dbg)
         if dbg is not None:
             dbg.__exit__(None, None, None)
         counts.append(mode.count)
@@ -224,12 +218,7 @@ def extra_ops_per_step(name: str, every: int, steps: int = 32) -> dict[str, floa
         for i in range(3 * steps - 1):
             if i == 2 * steps:
                 counter.__enter__()
-            opt.zero_grad()
-            loss = nn.functional.cross_entropy(model(x), y)
-            loss.backward()
-            opt.step()
-            if dbg is not None:
-                dbg.step(loss)
+            _train_step(model, opt, x, y, dbg)
         counter.__exit__(None, None, None)
         if dbg is not None:
             dbg.__exit__(None, None, None)
@@ -257,11 +246,7 @@ def memory_growth(name: str = "mlp", steps: int = 3000) -> float:
         with ndb.NeuralDbg(model, optimizer=opt, out=Path(tmp) / "run") as dbg:
             rss_at = {}
             for step in range(steps):
-                opt.zero_grad()
-                loss = nn.functional.cross_entropy(model(x), y)
-                loss.backward()
-                opt.step()
-                dbg.step(loss)
+                _train_step(model, opt, x, y, dbg)
                 if step + 1 in (1000, steps):
                     rss_at[step + 1] = _rss_mib()
     return (rss_at[steps] - rss_at[1000]) / ((steps - 1000) / 1000)
