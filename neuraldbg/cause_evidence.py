@@ -45,6 +45,20 @@ def logistic_support(value: float, threshold: float, above: bool = True,
     return float(1.0 / (1.0 + 3.0 ** (-d / decades)))
 
 
+def output_floor_support(facts: RunFacts, cfg: ThresholdConfig) -> float:
+    """Support for "the loss sits on the floor of a softmax output under a logits loss".
+
+    0 when the network does not end in a softmax or the loss went below that floor by more
+    than a third of ``output_floor_gap`` (another loss); else graded on the gap above the
+    floor (:attr:`ThresholdConfig.output_floor_gap`).
+    """
+    gap, thr = facts.output_floor_gap, cfg.output_floor_gap
+    if not math.isfinite(gap) or gap < -thr / 3.0:
+        return 0.0
+    return logistic_support(max(gap, thr * 1e-3), thr, above=False,
+                            decades=cfg.output_floor_decades)
+
+
 @dataclass(frozen=True, slots=True)
 class CauseWeights:
     """How much each piece of evidence weighs for a cause, with the reason for each number.
@@ -318,6 +332,9 @@ class ScriptBugs:
         1 when a trainable module never received a gradient, else 0.
     bn_off : float
         BatchNorm layers that do not normalise (a model left in ``eval()``).
+    floor : float
+        A loss that sits on the floor a softmax output fed to a logits loss cannot go
+        below (:func:`output_floor_support`).
     """
 
     piled: float
@@ -325,6 +342,7 @@ class ScriptBugs:
     symmetric: float
     blocked: float
     bn_off: float
+    floor: float = 0.0
 
     @classmethod
     def measure(cls, facts: RunFacts, cfg: ThresholdConfig, w: CauseWeights) -> ScriptBugs:
@@ -334,9 +352,11 @@ class ScriptBugs:
                    targets=logistic_support(facts.loss_scale_ratio, cfg.loss_scale_ratio),
                    symmetric=symmetric_support(facts, cfg, w),
                    blocked=1.0 if facts.blocked_modules else 0.0,
-                   bn_off=batchnorm_off_support(facts, cfg, w))
+                   bn_off=batchnorm_off_support(facts, cfg, w),
+                   floor=output_floor_support(facts, cfg))
 
     @property
     def strongest(self) -> float:
         """The best-supported bug: the share the generic causes lose."""
-        return max(self.piled, self.targets, self.symmetric, self.blocked, self.bn_off)
+        return max(self.piled, self.targets, self.symmetric, self.blocked, self.bn_off,
+                   self.floor)

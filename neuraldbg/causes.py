@@ -210,7 +210,8 @@ def _shared(from_start: bool, facts: RunFacts, cfg: ThresholdConfig, w: CauseWei
     return _Shared(
         facts=facts, cfg=cfg, w=w, extra=extra, from_start=from_start, jump=jump,
         inputs=inputs, init_large=init_large, init_small=init_small, piled=bugs.piled,
-        targets=bugs.targets, mismatch=_OUTPUT_MISMATCH.get(facts.output_type, 0.0),
+        targets=bugs.targets,
+        mismatch=max(_OUTPUT_MISMATCH.get(facts.output_type, 0.0), bugs.floor),
         lr_high=lr_high,
         ev_lr={"update_ratio": ur, "threshold": cfg.update_ratio_high, "lr": facts.lr,
                "lr_jump_before_onset": jump, "present_from_first_step": from_start},
@@ -219,7 +220,8 @@ def _shared(from_start: bool, facts: RunFacts, cfg: ThresholdConfig, w: CauseWei
         ev_norm={"depth_gain": facts.depth_gain,
                  "normalization_layers": facts.has_normalization,
                  "n_weight_layers": facts.n_weight_layers},
-        ev_output={"output_module_type": facts.output_type})
+        ev_output={"output_module_type": facts.output_type,
+                   "loss_floor_gap": facts.output_floor_gap, "loss_floor_support": bugs.floor})
 
 
 def _put_script_bugs(cands: _Candidates, s: _Shared, bugs: ScriptBugs) -> None:

@@ -158,6 +158,14 @@ class RunFacts:
         Growth over the run of parameter-gradient norm / output-gradient norm of the
         weight layers (median over layers, late steps over the first ones): ~1 when each
         step's gradient is that step's, growing like the step when they pile up.
+    output_floor_gap : float
+        For a network that ends in a softmax over K classes: (loss at the end - the floor
+        ``log(1 + (K - 1) / e)`` that ``CrossEntropyLoss`` on probabilities cannot go below)
+        / the floor (NaN otherwise). ~0 when the loss sits on that floor; below 0 when the
+        loss is another one (it went under the floor).
+    output_floor_step : int or None
+        First step whose loss came within ``output_floor_gap`` (the threshold) of that
+        floor.
     batchnorm_output_std : float
         Median std of the BatchNorm outputs at the first recorded step: ~1 when they
         normalise (train mode), the raw input scale when they run on their initial running
@@ -190,8 +198,15 @@ class RunFacts:
     blocked_modules: tuple[str, ...] = ()
     grad_accumulation: float = math.nan
     batchnorm_output_std: float = math.nan
+    output_floor_gap: float = math.nan
+    output_floor_step: int | None = None
 
 
+
+
+class _OutputFloor(TypedDict):
+    output_floor_gap: float
+    output_floor_step: int | None
 
 
 class _Scales(NamedTuple):
@@ -258,7 +273,45 @@ def gather_facts(trace: Trace, states: StateTable, dyn: LossDynamics,
         **_symmetry(trace, states.config.row_diversity_low),
         blocked_modules=_blocked(trace, states),
         grad_accumulation=_grad_accumulation(states, weight, win),
-        batchnorm_output_std=_batchnorm_std(states, rows), **scales._asdict())
+        batchnorm_output_std=_batchnorm_std(states, rows),
+        **_output_floor(trace, states, win), **scales._asdict())
+
+
+#: The loss floor of ``CrossEntropyLoss`` fed probabilities: every logit in [0, 1], the
+#: best case one-hot, gives ``-log(e / (e + K - 1))``.
+_SOFTMAX_OUTPUTS = ("Softmax",)
+
+
+def _output_classes(trace: Trace, states: StateTable) -> int:
+    """Width K of a softmax output layer: the fan-out of the weight layer feeding it."""
+    mods = trace.modules.set_index("module_name")
+    names = states.module_names
+    for name in reversed(names[:-1]):
+        fan_out = int(mods["fan_out"].get(name, 0)) if "fan_out" in mods else 0
+        if fan_out > 0:
+            return fan_out
+    return 0
+
+
+def _output_floor(trace: Trace, states: StateTable, win: FactWindows) -> _OutputFloor:
+    """:attr:`RunFacts.output_floor_gap` and ``output_floor_step`` (see there)."""
+    out: _OutputFloor = {"output_floor_gap": math.nan, "output_floor_step": None}
+    if not states.module_types or states.module_types[-1] not in _SOFTMAX_OUTPUTS:
+        return out
+    k = _output_classes(trace, states)
+    steps = trace.steps
+    loss = steps["loss"].to_numpy(dtype=float)
+    fin = np.isfinite(loss)
+    n = int(fin.sum())
+    if k < 2 or n < 2 * win.edge_min_steps:
+        return out
+    floor = math.log1p((k - 1) / math.e)
+    end = max(win.edge_min_steps, n // win.edge_share)
+    gap = (float(np.median(loss[fin][-end:])) - floor) / floor
+    near = np.flatnonzero(fin & (loss <= floor * (1.0 + states.config.output_floor_gap)))
+    out["output_floor_gap"] = gap
+    out["output_floor_step"] = int(steps["step"].iloc[near[0]]) if len(near) else None
+    return out
 
 
 def _first_step_scales(trace: Trace, states: StateTable, weight: np.ndarray, rows: np.ndarray,

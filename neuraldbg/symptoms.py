@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from neuraldbg.cause_evidence import output_floor_support
 from neuraldbg.compressor import NONFINITE, Compression, Propagation
 from neuraldbg.events import LossDynamics
 from neuraldbg.run_facts import RunFacts
@@ -294,6 +295,25 @@ def find_symptoms(trace: Trace, states: StateTable, dyn: LossDynamics, comp: Com
     return [sym for sym in found if sym is not None]
 
 
+def _floor_plateau(run: _Run) -> Symptom | None:
+    """A loss that fell, then settled on the floor a softmax output under a logits loss has.
+
+    ``CrossEntropyLoss`` on probabilities cannot go below ``log(1 + (K - 1) / e)``: the run
+    learned what it could and stopped there, however far the loss fell first.
+    """
+    facts = run.facts
+    support = output_floor_support(facts, run.states.config)
+    if support < 0.5 or facts.output_floor_step is None:
+        return None
+    names = run.states.module_names
+    return Symptom("training_plateau", names[-1] if names else facts.first_layer,
+                   facts.output_floor_step, support, 1.0, 1.0,
+                   {"loss_floor_gap": facts.output_floor_gap,
+                    "threshold": run.states.config.output_floor_gap},
+                   extra={"grad_spikiness": run.dyn.grad_spikiness,
+                          "improvement": run.dyn.improvement})
+
+
 def _vanishing(run: _Run) -> Symptom | None:
     """Vanishing gradients: the smallest gradient ratio among the layers that vanished first."""
     prop, m, cfg = run.comp.propagation, run.states.measures, run.states.config
@@ -504,10 +524,10 @@ def _saturated(run: _Run) -> Symptom | None:
 
 
 def _plateau(run: _Run) -> Symptom | None:
-    """A stalled loss, stronger the less it improved."""
+    """A stalled loss, stronger the less it improved; or one that sits on an output floor."""
     dyn, cfg, w = run.dyn, run.states.config, run.w
     if dyn.plateau_step is None:
-        return None
+        return _floor_plateau(run)
     imp = dyn.improvement
     strength = w.plateau_strength_floor + w.plateau_strength_gain * float(np.clip(
         (cfg.plateau_improvement - imp) / cfg.plateau_improvement, 0.0, 1.0))

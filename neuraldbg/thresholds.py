@@ -167,6 +167,15 @@ class ThresholdConfig:
         targets sit three orders of magnitude off the outputs (a regression target left in
         dollars). A squared-error loss starts near E[y^2] when the outputs are small, so the
         ratio reads the target scale; cross-entropy starts near log(classes), under 10.
+    output_floor_gap, output_floor_decades : float, default=0.05, 0.25
+        A network that ends in a softmax fed to ``CrossEntropyLoss`` (which applies its own
+        softmax) cannot bring its loss below ``log(1 + (K - 1) / e)`` for K classes (1.46
+        for 10): the loss of perfect probabilities taken as logits. A loss that ends within
+        this relative gap above that floor has reached it: the support is 0.5 at the gap,
+        0.75 at ``decades`` closer (a healthy classifier's loss falls through the floor
+        towards 0; one that sits on it learned all the bug lets it learn). The misclassified
+        examples keep it a few percent above: an MLP on the digits with Adam ends 3% above,
+        a separable problem 0.2%.
     row_diversity_low : float, default=1e-3
         A weight matrix whose rows differ by less than this (mean std across rows over the
         matrix's rms; :mod:`neuraldbg.weight_diversity`) at enter and still at the latest
@@ -257,6 +266,8 @@ class ThresholdConfig:
     grad_sum_monotone: float = 0.9
     grad_sum_steps: int = 30
     loss_scale_ratio: float = 1e3
+    output_floor_gap: float = 0.05
+    output_floor_decades: float = 0.25
     row_diversity_low: float = 1e-3
     grad_accumulation_monotone: float = 0.6
     grad_accumulation_growth: float = 10.0

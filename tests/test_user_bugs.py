@@ -311,3 +311,28 @@ def test_a_blow_up_at_lr_20_is_not_read_as_gradients_never_reset() -> None:
         assert hyps and hyps[0].root_cause == "learning_rate_too_high", (method, hyps[:2])
         assert not [h for h in hyps if h.root_cause == "missing_zero_grad"
                     and h.confidence >= 0.5], (method, hyps[:4])
+
+
+def test_a_softmax_before_cross_entropy_whose_loss_settles_on_its_floor_is_named() -> None:
+    """Adam learns the digits through the softmax: the loss falls 2.3 -> ~1.5, 3% above the floor.
+
+    ``CrossEntropyLoss`` on probabilities cannot go below log(1 + 9 / e) = 1.46 for ten
+    classes, so a loss that fell a long way (no stall) and settled there is the bug; the
+    same network without the softmax goes on to ~0.
+    """
+    model = nn.Sequential(_mlp(), nn.Softmax(dim=1))
+    trace = _train(model, torch.optim.Adam(model.parameters(), lr=3e-3), F.cross_entropy, Y,
+                   steps=300)
+    floor = torch.log1p(torch.tensor(9.0) / torch.e).item()
+    assert trace.steps.loss.iloc[0] > floor * 1.4 and trace.steps.loss.iloc[-20:].median() < floor * 1.05
+    for method in ("heuristic", "probabilistic"):
+        hyps = ndb.explain(trace, method=method)
+        assert hyps and hyps[0].root_cause == "loss_output_mismatch", (method, hyps[:2])
+    top = _top(trace)
+    assert top is not None and top.failure_type == "training_plateau", top
+    assert 0 < top.metadata["cause_evidence"]["loss_floor_gap"] < 0.05
+    model = _mlp()
+    twin = _train(model, torch.optim.Adam(model.parameters(), lr=3e-3), F.cross_entropy, Y,
+                  steps=300)
+    _assert_healthy(twin)
+    assert not any(h.confidence >= 0.5 for h in ndb.explain(twin, method="probabilistic"))
