@@ -41,15 +41,55 @@ from experiments.run_statistics import onset_series
 from neuraldbg.knobs import Knobs, make_knobs
 
 __all__ = ["run_scenario", "run_counterfactual", "expected_outcome", "measure_onset",
-           "seed_everything", "pinned_execution", "zoo_fingerprint"]
+           "seed_everything", "pinned_execution", "zoo_fingerprint",
+           "fingerprint_sources"]
 
-#: What a zoo run's trace depends on: the zoo, and every capture module that writes the trace.
-_FINGERPRINT_SOURCES = ("experiments", "neuraldbg/capture.py", "neuraldbg/trace.py",
-                        "neuraldbg/weight_diversity.py",
-                        "neuraldbg/statistics.py", "neuraldbg/activation_batch.py",
-                        "neuraldbg/param_norms.py", "neuraldbg/module_table.py",
-                        "neuraldbg/host_values.py", "neuraldbg/capture_config.py",
-                        "neuraldbg/step_log.py", "neuraldbg/optimizers.py")
+#: What a zoo run's trace depends on: the zoo, and every ``neuraldbg`` module that the
+#: capture (``capture.py``) and the zoo's own ``neuraldbg`` imports reach, followed through
+#: their imports (the package ``__init__`` aside), so that a new capture module is never
+#: left out of the hash.
+_FINGERPRINT_ROOTS = ("neuraldbg/capture.py",)
+
+
+def _neuraldbg_imports(path: Path, root: Path) -> list[Path]:
+    """The ``neuraldbg`` module files a source file imports, the package ``__init__`` aside.
+
+    Both ``import neuraldbg.x`` and ``from neuraldbg import x`` count.
+    """
+    import ast
+
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        names: list[str] = []
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        for name in names:
+            if name.split(".")[0] != "neuraldbg" or name == "neuraldbg":
+                continue
+            base = root / Path(*name.split("."))
+            found += [f for f in (base.with_suffix(".py"), base / "__init__.py") if f.is_file()]
+    return found
+
+
+def fingerprint_sources(root: Path | None = None) -> list[Path]:
+    """Every file :func:`zoo_fingerprint` hashes, sorted.
+
+    ``experiments/`` and the closure of the ``neuraldbg`` modules the capture and the zoo
+    import.
+    """
+    root = root or Path(__file__).resolve().parent.parent
+    zoo = sorted((root / "experiments").rglob("*.py"))
+    todo = [root / r for r in _FINGERPRINT_ROOTS] + zoo
+    seen: set[Path] = set()
+    while todo:
+        f = todo.pop()
+        if f in seen:
+            continue
+        seen.add(f)
+        todo += _neuraldbg_imports(f, root)
+    return sorted(seen)
 
 
 def zoo_fingerprint(root: Path | None = None) -> str:
@@ -62,13 +102,9 @@ def zoo_fingerprint(root: Path | None = None) -> str:
 
     root = root or Path(__file__).resolve().parent.parent
     h = hashlib.sha1()
-    for src in _FINGERPRINT_SOURCES:
-        p = root / src
-        files = sorted(p.rglob("*.py")) if p.is_dir() else [p]
-        for f in files:
-            if f.is_file():
-                h.update(str(f.relative_to(root)).encode())
-                h.update(f.read_bytes())
+    for f in fingerprint_sources(root):
+        h.update(str(f.relative_to(root)).encode())
+        h.update(f.read_bytes())
     return h.hexdigest()[:12]
 
 

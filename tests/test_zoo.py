@@ -188,3 +188,28 @@ def test_compound_family_labels_both_causes_and_a_partial_fix_keeps_one():
     # BatchNorm revived act2, but the learning rate is still 1000x too low
     assert half.stat("act_frac_dead")["act2"].mean() < 0.2
     assert health_report(half)["loss_ratio"] > 0.7
+
+
+def test_the_zoo_fingerprint_follows_every_module_the_capture_imports(tmp_path):
+    """Trace caches are keyed by the fingerprint: a change to any module the capture reaches
+    (a helper split out of capture.py later included) must change it; the reasoner's must not."""
+    import shutil
+
+    import neuraldbg
+    from experiments.runner import fingerprint_sources, zoo_fingerprint
+
+    repo = Path(neuraldbg.__file__).resolve().parent.parent
+    for pkg in ("experiments", "neuraldbg"):
+        shutil.copytree(repo / pkg, tmp_path / pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    hashed = {p.relative_to(tmp_path).as_posix() for p in fingerprint_sources(tmp_path)}
+    assert {"neuraldbg/capture.py", "neuraldbg/grad_norms.py", "neuraldbg/sampling.py",
+            "neuraldbg/capture_sink.py", "neuraldbg/param_norms.py",
+            "neuraldbg/knobs.py"} <= hashed
+    assert "neuraldbg/causes.py" not in hashed
+    before = zoo_fingerprint(tmp_path)
+    with open(tmp_path / "neuraldbg" / "causes.py", "a") as fh:
+        fh.write("\n# a reasoner edit\n")
+    assert zoo_fingerprint(tmp_path) == before
+    with open(tmp_path / "neuraldbg" / "grad_norms.py", "a") as fh:
+        fh.write("\n# a capture edit\n")
+    assert zoo_fingerprint(tmp_path) != before
