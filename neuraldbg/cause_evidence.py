@@ -149,6 +149,11 @@ class CauseWeights:
     mismatch_lr_discount : float, default=0.8
         A probability output fed to a loss with its own softmax shrinks every gradient:
         small updates lose this share of their weight as evidence of a low rate.
+    lr_collapse : float, default=0.9
+        ``learning_rate_too_low`` for a loss that stopped once the learning rate collapsed
+        to ~0 (``ThresholdConfig.lr_collapse``): the steps were too small from then on, as
+        the rate itself shows; short of 1 because the trace cannot tell a schedule bug from
+        a run that had already learned what it could.
     plateau_lr_high : float, default=0.5
         Factor on ``learning_rate_too_high`` for a stall: too high a rate can also stall
         (bouncing across a valley), but more often diverges.
@@ -210,6 +215,7 @@ class CauseWeights:
     first_activation_gain: float = 0.5
     saturating_fixed: float = 0.35
     mismatch_lr_discount: float = 0.8
+    lr_collapse: float = 0.9
     plateau_lr_high: float = 0.5
     loss_rise: float = 1.5
     loss_rise_decades: float = 0.08

@@ -332,11 +332,15 @@ def _plateau_causes(cands: _Candidates, s: _Shared) -> None:
     low = max(logistic_support(ur, cfg.update_ratio_low, above=False),
               logistic_support(facts.total_update, cfg.total_update_low, above=False)
               ) * (1.0 - w.mismatch_lr_discount * s.mismatch)
+    # A rate that collapsed to ~0 before the loss stopped (a schedule stepped per batch):
+    # the steps that followed were too small to learn, whatever they were before.
+    low = max(low, float(s.extra.get("lr_collapse", 0.0)) * w.lr_collapse)
     cands.put("loss_output_mismatch", s.mismatch, s.ev_output)
     cands.put("learning_rate_too_low", low, {"update_ratio": ur,
                                              "threshold": cfg.update_ratio_low,
                                              "total_update": facts.total_update,
-                                             "lr": facts.lr})
+                                             "lr": facts.lr,
+                                             "lr_collapse": s.extra.get("lr_collapse", 0.0)})
     rise = s.loss_rise()
     cands.put("learning_rate_too_high", max(w.plateau_lr_high, rise) * s.lr_high,
               {**s.ev_lr, "loss_rise_support": rise})

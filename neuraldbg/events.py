@@ -82,6 +82,9 @@ class LossDynamics:
         smallest of its first values), or non-finite.
     lr_jump_steps : tuple of int
         Steps where the learning rate rose at least ``lr_jump``-fold over the previous step.
+    lr_collapse_step : int or None
+        First step from which the learning rate stays below ``lr_collapse`` x its largest
+        value to the end of the run (None when it never does).
     spike_steps : tuple of int
         Onsets of loss spikes.
     update_ratio : float
@@ -123,6 +126,7 @@ class LossDynamics:
     grad_explode_share: float = 0.0
     grad_spike_episodes: int = 0
     total_update: float = float("nan")
+    lr_collapse_step: int | None = None
 
 
 def _first(mask: np.ndarray, steps: np.ndarray) -> int | None:
@@ -253,6 +257,7 @@ def loss_dynamics(trace: Trace, config: ThresholdConfig | None = None,
         c, [loss["nonfinite_step"], loss["blowup_step"], grad["grad_explode_step"]])
     return LossDynamics(
         n_steps=len(c.steps), **loss, **curve, **grad, lr_jump_steps=_lr_jumps(c, cfg),
+        lr_collapse_step=_lr_collapse(c, cfg),
         **_grad_spikes(c, cfg, win, stop), update_ratio=update_ratio,
         total_update=total_update)
 
@@ -329,6 +334,20 @@ def _lr_jumps(c: _Columns, cfg: ThresholdConfig) -> tuple[int, ...]:
         lr_ratio = lr[1:] / lr[:-1]
     jumps = np.flatnonzero(np.isfinite(lr_ratio) & (lr_ratio >= cfg.lr_jump)) + 1
     return tuple(int(c.steps[i]) for i in jumps)
+
+
+def _lr_collapse(c: _Columns, cfg: ThresholdConfig) -> int | None:
+    """First step from which the learning rate stays below ``lr_collapse`` x its peak."""
+    lr = c.lr
+    known = np.isfinite(lr)
+    if not known.any():
+        return None
+    peak = float(np.max(lr[known]))
+    if not peak > 0:
+        return None
+    high = np.flatnonzero(known & (lr >= cfg.lr_collapse * peak))
+    start = int(high[-1]) + 1 if len(high) else 0
+    return int(c.steps[start]) if start < len(c.steps) else None
 
 
 def _improvement(c: _Columns, cfg: ThresholdConfig, win: CurveWindows, stop: int,

@@ -314,6 +314,39 @@ def _floor_plateau(run: _Run) -> Symptom | None:
                           "improvement": run.dyn.improvement})
 
 
+def _collapse_plateau(run: _Run) -> Symptom | None:
+    """A loss that stopped improving once the learning rate collapsed to ~0.
+
+    The run as a whole improved (so it is not a stall from the start), but from the step
+    the rate fell below ``lr_collapse`` of its peak, for at least ``lr_collapse_share`` of
+    the run, the loss moved by less than ``plateau_improvement``: training ended there.
+    """
+    dyn, cfg, w = run.dyn, run.states.config, run.w
+    start = dyn.lr_collapse_step
+    if start is None:
+        return None
+    steps = run.trace.steps
+    after = (steps["step"] >= start).to_numpy()
+    share = float(after.mean())
+    loss = steps["loss"].to_numpy(dtype=float)[after]
+    loss = loss[np.isfinite(loss)]
+    edge = max(3, int(round(cfg.plateau_window * len(loss))))
+    if share < cfg.lr_collapse_share or len(loss) < max(cfg.plateau_min_steps, 2 * edge):
+        return None
+    first, last = float(np.median(loss[:edge])), float(np.median(loss[-edge:]))
+    imp = (first - last) / max(abs(first), w.level_floor)
+    if imp >= cfg.plateau_improvement or first < cfg.lr_collapse_level * abs(dyn.baseline):
+        return None
+    strength = w.plateau_strength_floor + w.plateau_strength_gain * float(np.clip(
+        (cfg.plateau_improvement - imp) / cfg.plateau_improvement, 0.0, 1.0))
+    return Symptom("training_plateau", run.facts.first_layer, int(start), strength, 1.0, 1.0,
+                   {"lr_collapse_step": int(start), "lr_collapse_share": share,
+                    "improvement_after_collapse": imp,
+                    "threshold": cfg.plateau_improvement},
+                   extra={"grad_spikiness": dyn.grad_spikiness, "improvement": imp,
+                          "lr_collapse": 1.0})
+
+
 def _vanishing(run: _Run) -> Symptom | None:
     """Vanishing gradients: the smallest gradient ratio among the layers that vanished first."""
     prop, m, cfg = run.comp.propagation, run.states.measures, run.states.config
@@ -527,7 +560,7 @@ def _plateau(run: _Run) -> Symptom | None:
     """A stalled loss, stronger the less it improved; or one that sits on an output floor."""
     dyn, cfg, w = run.dyn, run.states.config, run.w
     if dyn.plateau_step is None:
-        return _floor_plateau(run)
+        return _floor_plateau(run) or _collapse_plateau(run)
     imp = dyn.improvement
     strength = w.plateau_strength_floor + w.plateau_strength_gain * float(np.clip(
         (cfg.plateau_improvement - imp) / cfg.plateau_improvement, 0.0, 1.0))

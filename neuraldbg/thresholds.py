@@ -117,6 +117,17 @@ class ThresholdConfig:
         warm-up), the signature of a divergence without a gradient lead.
     lr_jump_window : int, default=5
         A jump up to this many steps before a blow-up is taken as its trigger.
+    lr_collapse, lr_collapse_share : float, default=1e-3, 0.25
+        A learning rate that falls below ``lr_collapse`` times its largest value and stays
+        there for at least ``lr_collapse_share`` of the run has collapsed: the weights
+        barely move from then on (a ``StepLR`` stepped per batch instead of per epoch
+        divides the rate by 10 every few dozen steps). A cosine or linear decay to zero
+        spends well under 1% of the run that low, where a loss that flattens has converged.
+    lr_collapse_level : float, default=0.3
+        ... and a stall under a collapsed rate is a failure only while the loss is still
+        above this share of where it started: a model that had converged first (its loss a
+        tenth of the start, the rate then cut again and again by ``ReduceLROnPlateau``)
+        has nothing left to learn.
     update_ratio_high : float, default=1e-2
         ||dW||/||W|| per step above this is a large learning rate: ~1e-3 is the usual healthy
         value (Karpathy's rule of thumb); 10x more moves weights ~1% a step.
@@ -250,6 +261,9 @@ class ThresholdConfig:
     plateau_min_steps: int = 20
     lr_jump: float = 3.0
     lr_jump_window: int = 5
+    lr_collapse: float = 1e-3
+    lr_collapse_share: float = 0.25
+    lr_collapse_level: float = 0.3
     update_ratio_high: float = 1e-2
     update_ratio_low: float = 1e-4
     total_update_low: float = 0.1

@@ -336,3 +336,48 @@ def test_a_softmax_before_cross_entropy_whose_loss_settles_on_its_floor_is_named
                   steps=300)
     _assert_healthy(twin)
     assert not any(h.confidence >= 0.5 for h in ndb.explain(twin, method="probabilistic"))
+
+
+def _train_scheduled(cut: "callable[[int], float]", steps: int = 200) -> ndb.Trace:
+    """SGD on the digits with the rate set by ``cut(step)`` (a multiple of 0.1) each step."""
+    model = _mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    g = torch.Generator().manual_seed(0)
+    with ndb.NeuralDbg(model, optimizer=opt) as dbg:
+        for step in range(steps):
+            for group in opt.param_groups:
+                group["lr"] = 0.1 * cut(step)
+            idx = torch.randint(0, len(X), (64,), generator=g)
+            opt.zero_grad()
+            loss = F.cross_entropy(model(X[idx]), Y[idx])
+            loss.backward()
+            opt.step()
+            dbg.step(loss)
+    return dbg.trace
+
+
+def test_a_step_schedule_stepped_every_batch_is_a_rate_that_collapsed() -> None:
+    """``StepLR(step_size=20, gamma=0.1)`` meant per epoch, stepped per batch: the rate is
+    1e-4 of its start by step 60 and the loss stops at ~1.6 (77% accuracy) where the same
+    schedule per epoch trains on to ~0.1."""
+    trace = _train_scheduled(lambda step: 0.1 ** (step // 20))
+    top = _top(trace)
+    assert top is not None and top.failure_type == "training_plateau", top
+    assert top.root_cause == "learning_rate_too_low", top
+    assert top.metadata["evidence"]["lr_collapse_step"] <= 80
+    _assert_healthy(_train_scheduled(lambda step: 1.0))
+
+
+@pytest.mark.parametrize("schedule", ["cosine_to_zero", "cut_after_converging"])
+def test_a_rate_that_decays_once_the_run_has_converged_is_healthy(schedule: str) -> None:
+    """A cosine decay to 0, and a rate cut 10x four times after the loss converged (what
+    ``ReduceLROnPlateau`` does): the loss had nothing left to learn when the rate fell."""
+    import math
+
+    if schedule == "cosine_to_zero":
+        cut = lambda step: 0.5 * (1.0 + math.cos(math.pi * step / 199))  # noqa: E731
+    else:
+        cut = lambda step: 0.1 ** min(4, max(0, (step - 100) // 10 + 1))  # noqa: E731
+    trace = _train_scheduled(cut)
+    assert trace.steps.loss.iloc[-20:].median() < 0.3
+    _assert_healthy(trace)
