@@ -106,7 +106,14 @@ def group_by_optimizer(params: list[nn.Parameter], owner: list[int], names: list
                     mine.append(i)
         per_opt.append(mine)
     loose = [i for i in range(len(params)) if i not in taken]
-    if loose:
+    if loose and len(loose) == len(params):
+        warnings.warn(
+            f"The optimizer(s) given hold none of the model's {len(params)} trainable "
+            "parameters, so they will not train this model. Was the model re-created, or its "
+            "parameters replaced, after the optimizer was built? Build the optimizer from "
+            "this model: torch.optim.Adam(model.parameters(), ...).",
+            NeuralDbgWarning, stacklevel=5)
+    elif loose:
         shown = ", ".join(names[i] for i in loose[:4]) + (", ..." if len(loose) > 4 else "")
         warnings.warn(
             f"{len(loose)} trainable parameter(s) are in none of the optimizers given "

@@ -381,3 +381,23 @@ def test_a_rate_that_decays_once_the_run_has_converged_is_healthy(schedule: str)
     trace = _train_scheduled(cut)
     assert trace.steps.loss.iloc[-20:].median() < 0.3
     _assert_healthy(trace)
+
+
+def test_a_model_re_created_after_its_optimizer_is_not_read_as_gradients_never_reset() -> None:
+    """The optimizer holds the first model's parameters; the loop trains the second one.
+
+    ``opt.zero_grad()`` clears the old parameters, so the new ones pile up gradients like a
+    missing ``zero_grad`` would, but nothing ever moves them: adding ``zero_grad`` cannot
+    help, and no cause in the vocabulary fits. The capture says so when it starts.
+    """
+    model = _mlp()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    model = _mlp()  # re-created after the optimizer
+    with pytest.warns(ndb.NeuralDbgWarning, match="hold none of the model's"):
+        trace = _train(model, opt, F.cross_entropy, Y)
+    for method in ("heuristic", "probabilistic"):
+        hyps = ndb.explain(trace, method=method)
+        assert hyps and hyps[0].confidence >= 0.5 and hyps[0].root_cause == "unknown", (
+            method, hyps[:2])
+        assert not any(h.root_cause != "unknown" and h.confidence >= 0.5 for h in hyps)
+    assert ndb.explain(trace)[0].metadata["cause_evidence"]["weights_unmoved"] is True
