@@ -10,7 +10,8 @@ its evidence reaches; how much each piece of evidence weighs is in
 :class:`~neuraldbg.cause_evidence.CauseWeights`, each number with its reason:
 
 - learning rate: the update ratio ||dW||/||W|| before the failure (too high above 1e-2, too
-  low below 1e-4) and learning-rate jumps in ``trace.steps`` just before a blow-up;
+  low below 1e-4), learning-rate jumps in ``trace.steps`` just before a blow-up, and a rate
+  that collapsed to ~0 before the loss stopped (a schedule stepped per batch);
 - initialisation: the init gain against the scheme the config names, else against absolute
   bounds; depth amplification: layers with a sound init that still amplify the signal 10x
   or more through depth point at missing normalization rather than at the init;
@@ -24,7 +25,9 @@ from the generic causes above, which the bug itself inflates):
   first steps like a running sum while the loss does not improve, or with that shape the
   parameter-gradient / output-gradient norm ratio grows ~10x over the run (the parameter
   gradient holds the steps before; Adam still lowers the loss a little);
-- ``loss_output_mismatch``: a softmax (or sigmoid) module ends the network on a stall;
+- ``loss_output_mismatch``: a softmax (or sigmoid) module ends the network on a stall, or
+  the loss settles on the floor ``log(1 + (K - 1) / e)`` that ``CrossEntropyLoss`` fed K
+  probabilities cannot go below;
 - ``unscaled_targets``: the first loss is orders of magnitude above the output scale;
 - ``symmetric_init``: weight rows identical at enter and still at the latest flush
   (``trace.meta["weight_diversity"]``, :mod:`neuraldbg.weight_diversity`);
@@ -33,7 +36,9 @@ from the generic causes above, which the bug itself inflates):
 - ``data_problem``: a stall whose weights move as much as in healthy training, with no
   other cause supported (labels unrelated to the inputs);
 - BatchNorm layers whose outputs are not normalised at the first step (a model left in
-  ``eval()``): a cause outside the vocabulary, so its support goes to ``unknown``.
+  ``eval()``): a cause outside the vocabulary, so its support goes to ``unknown``;
+- weights that never moved while gradients flowed (the optimizer holds other parameters):
+  no cause in the vocabulary, so every specific cause gives way to ``unknown``.
 
 Two causes the trace cannot measure keep a fixed, low support so that they are offered as
 alternatives: ``saturating_activation`` (0.35) for saturated units, since replacing the
