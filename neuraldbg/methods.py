@@ -47,7 +47,13 @@ from neuraldbg.records import FAILURE_TYPES, HEALTHY, Event, Hypothesis
 from neuraldbg.registry_base import Registry
 from neuraldbg.run_facts import RunFacts, gather_facts
 from neuraldbg.states import StateTable, classify_states
-from neuraldbg.sufficiency import hedge, thin_evidence, usable_trace
+from neuraldbg.sufficiency import (
+    hedge,
+    hedge_failure,
+    still_improving,
+    thin_evidence,
+    usable_trace,
+)
 from neuraldbg.symptoms import Symptom, find_symptoms
 from neuraldbg.thresholds import ThresholdConfig
 from neuraldbg.trace import Trace, load_trace
@@ -418,7 +424,13 @@ def explain(trace: Trace | str | os.PathLike[str], method: str | DiagnosisMethod
     usable = usable_trace(_as_trace(trace))
     hypotheses = list(get_method(method).explain(usable))
     reason = thin_evidence(usable)
-    return hedge(hypotheses, reason) if reason else hypotheses
+    if reason:
+        return hedge(hypotheses, reason)
+    if any(h.failure_type == "training_plateau" and h.confidence >= 0.5 for h in hypotheses):
+        falling = still_improving(usable)
+        if falling:
+            return hedge_failure(hypotheses, "training_plateau", falling)
+    return hypotheses
 
 
 def get_root_causes(trace: Trace | str | os.PathLike[str],

@@ -7,6 +7,11 @@ step that did not happen. A run with fewer than :data:`MIN_STEPS` finished steps
 told apart from the normal first steps of training (a loss that has not moved yet, gradients
 without a baseline to compare with), so its hypotheses are kept but scaled below 0.5
 (:func:`hedge`) and say why in their metadata: a thin trace gives no confident verdict.
+
+A training plateau is a loss that stopped improving: while the loss still falls clearly at
+the end of the run (:func:`still_improving`), the run has not shown one yet, whatever else
+looks slow (a short run early in training), so plateau hypotheses are kept below 0.5 too
+(:func:`hedge_failure`).
 """
 
 from __future__ import annotations
@@ -16,9 +21,11 @@ import dataclasses
 import numpy as np
 
 from neuraldbg.records import Hypothesis
+from neuraldbg.thresholds import ThresholdConfig
 from neuraldbg.trace import Trace
 
-__all__ = ["MIN_STEPS", "HEDGED_CONFIDENCE", "usable_trace", "thin_evidence", "hedge"]
+__all__ = ["MIN_STEPS", "HEDGED_CONFIDENCE", "TAIL_SHARE", "usable_trace", "thin_evidence",
+           "still_improving", "hedge", "hedge_failure"]
 
 #: Fewest finished steps for a confident verdict. The State Classifier compares each layer
 #: with its own early baseline (its first recorded steps) and the loss dynamics fit a trend:
@@ -26,6 +33,9 @@ __all__ = ["MIN_STEPS", "HEDGED_CONFIDENCE", "usable_trace", "thin_evidence", "h
 MIN_STEPS = 5
 #: The highest confidence a hypothesis of a thin trace keeps (below the 0.5 of a verdict).
 HEDGED_CONFIDENCE = 0.45
+#: The end of a run whose trend :func:`still_improving` reads: its last third, long enough to
+#: average a minibatch loss's noise and short enough to be where the run is now.
+TAIL_SHARE = 1.0 / 3.0
 
 
 def usable_trace(trace: Trace) -> Trace:
@@ -66,6 +76,35 @@ def thin_evidence(trace: Trace) -> str | None:
     if recorded is not None and int(np.sum(recorded.fillna(False).astype(bool))) == 0:
         return "no step has per-module statistics (every=k larger than the run)"
     return None
+
+
+def still_improving(trace: Trace, config: ThresholdConfig | None = None) -> str | None:
+    """Why the loss is still falling at the end of the run, or ``None`` when it is not.
+
+    Over the last :data:`TAIL_SHARE` of the finite losses, the median of its last quarter
+    (at least 3 steps) below the median of its first quarter by ``plateau_improvement`` or
+    more (the share a whole run must improve by not to count as stalled).
+    """
+    cfg = config or ThresholdConfig()
+    loss = trace.steps["loss"].to_numpy(dtype=float)
+    loss = loss[np.isfinite(loss)]
+    tail = loss[len(loss) - int(len(loss) * TAIL_SHARE):]
+    k = max(MIN_STEPS - 2, len(tail) // 4)
+    if len(tail) < 3 * k:
+        return None
+    start, end = float(np.median(tail[:k])), float(np.median(tail[-k:]))
+    if not start > 0 or (start - end) / start < cfg.plateau_improvement:
+        return None
+    return (f"the loss is still falling at the end of the run ({start:.4g} -> {end:.4g} over "
+            f"its last {len(tail)} steps): too early to call it a plateau")
+
+
+def hedge_failure(hypotheses: list[Hypothesis], failure_type: str,
+                  reason: str) -> list[Hypothesis]:
+    """:func:`hedge` applied to the hypotheses of one failure type only, then re-sorted."""
+    mine = hedge([h for h in hypotheses if h.failure_type == failure_type], reason)
+    rest = [h for h in hypotheses if h.failure_type != failure_type]
+    return sorted(mine + rest, key=lambda h: -h.confidence)
 
 
 def hedge(hypotheses: list[Hypothesis], reason: str) -> list[Hypothesis]:

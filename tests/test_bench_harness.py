@@ -23,6 +23,7 @@ from benchmarks.runs import is_finished, load
 from benchmarks.suites import SUITES, Suite
 from neuraldbg.methods import register_method
 from neuraldbg.records import FAILURE_TYPES, HEALTHY, Hypothesis
+from neuraldbg.sufficiency import MIN_STEPS
 
 
 @register_method("_oracle")
@@ -105,7 +106,13 @@ def test_oracle_and_constant_by_hand(bench: harness.BenchmarkResult) -> None:
     assert o["failure_accuracy"]["value"] == 1.0
     assert o["cause_ac@1"]["value"] == 1.0 and o["cause_mrr"]["value"] == 1.0
     assert o["layer_accuracy"]["value"] == 1.0 and o["healthy_fpr"]["value"] == 0.0
-    assert o["detection_median_latency"]["value"] == 0.0
+    # the oracle names the failure as soon as a prefix holds MIN_STEPS finished steps (a
+    # thinner one is hedged below 0.5 for every method); prefixes grow 0, 1, 2, 4, 8... past
+    # the onset
+    ladder = [0, 1, 2, 4, 8, 16, 32]
+    expected = [next(d for d in ladder if onset + d + 1 >= MIN_STEPS)
+                for onset in failing["onset_step"].astype(int)]
+    assert o["detection_median_latency"]["value"] == float(np.median(expected))
     # confidence 0.8 on the failing runs (right), 1.0 on the healthy run (right)
     assert o["ece"]["value"] == pytest.approx(0.2 * n_fail / n)
     assert o["brier"]["value"] == pytest.approx(0.04 * n_fail / n)

@@ -401,3 +401,29 @@ def test_a_model_re_created_after_its_optimizer_is_not_read_as_gradients_never_r
             method, hyps[:2])
         assert not any(h.root_cause != "unknown" and h.confidence >= 0.5 for h in hyps)
     assert ndb.explain(trace)[0].metadata["cause_evidence"]["weights_unmoved"] is True
+
+
+def test_a_short_healthy_run_still_learning_is_no_plateau_for_either_method() -> None:
+    """30 steps of SGD whose loss is still falling (1.4 -> ~1.0): too early for a plateau.
+
+    The probabilistic model, fitted on runs of 100 steps or more, read the slow start as a
+    stall (training_plateau / unknown at 0.93) on every short run a new user tried.
+    """
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(256, 20, generator=g)
+    y = (x @ torch.randn(20, 4, generator=g)).argmax(1)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(20, 32), nn.ReLU(), nn.Linear(32, 32), nn.ReLU(),
+                          nn.Linear(32, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    with ndb.NeuralDbg(model, optimizer=opt) as dbg:
+        for step in range(30):
+            i = (step * 32) % 256
+            opt.zero_grad()
+            loss = F.cross_entropy(model(x[i:i + 32]), y[i:i + 32])
+            loss.backward()
+            opt.step()
+            dbg.step(loss)
+    for method in ("heuristic", "probabilistic"):
+        hyps = ndb.explain(dbg.trace, method=method)
+        assert not any(h.confidence >= 0.5 for h in hyps), (method, hyps[:2])
