@@ -50,7 +50,7 @@ from neuraldbg.states import StateTable, classify_states
 from neuraldbg.sufficiency import (
     hedge,
     hedge_failure,
-    still_improving,
+    plateau_unclaimable,
     thin_evidence,
     usable_trace,
 )
@@ -427,9 +427,9 @@ def explain(trace: Trace | str | os.PathLike[str], method: str | DiagnosisMethod
     if reason:
         return hedge(hypotheses, reason)
     if any(h.failure_type == "training_plateau" and h.confidence >= 0.5 for h in hypotheses):
-        falling = still_improving(usable)
-        if falling:
-            return hedge_failure(hypotheses, "training_plateau", falling)
+        why = plateau_unclaimable(usable)
+        if why:
+            return hedge_failure(hypotheses, "training_plateau", why)
     return hypotheses
 
 

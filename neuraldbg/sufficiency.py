@@ -10,7 +10,9 @@ without a baseline to compare with), so its hypotheses are kept but scaled below
 
 A training plateau is a loss that stopped improving: while the loss still falls clearly at
 the end of the run (:func:`still_improving`), the run has not shown one yet, whatever else
-looks slow (a short run early in training), so plateau hypotheses are kept below 0.5 too
+looks slow (a short run early in training), and when several optimizers step each step
+(:func:`adversarial_loss`: a GAN's players, whose summed loss stays flat at equilibrium) a
+flat loss is no evidence of one, so plateau hypotheses are kept below 0.5 too
 (:func:`hedge_failure`).
 """
 
@@ -25,7 +27,8 @@ from neuraldbg.thresholds import ThresholdConfig
 from neuraldbg.trace import Trace
 
 __all__ = ["MIN_STEPS", "HEDGED_CONFIDENCE", "TAIL_SHARE", "usable_trace", "thin_evidence",
-           "still_improving", "hedge", "hedge_failure"]
+           "still_improving", "adversarial_loss", "plateau_unclaimable", "hedge",
+           "hedge_failure"]
 
 #: Fewest finished steps for a confident verdict. The State Classifier compares each layer
 #: with its own early baseline (its first recorded steps) and the loss dynamics fit a trend:
@@ -97,6 +100,25 @@ def still_improving(trace: Trace, config: ThresholdConfig | None = None) -> str 
         return None
     return (f"the loss is still falling at the end of the run ({start:.4g} -> {end:.4g} over "
             f"its last {len(tail)} steps): too early to call it a plateau")
+
+
+def adversarial_loss(trace: Trace) -> str | None:
+    """Why the run's loss cannot show a plateau because several optimizers share it, or None.
+
+    Several optimizers stepping one model (``optimizer=[opt_d, opt_g]``) are most often the
+    players of a game (a GAN, an actor and a critic), each minimising its own loss against
+    the other: the loss logged for the step does not fall when training works.
+    """
+    opts = trace.meta.get("optimizer_class")
+    if isinstance(opts, list) and len(opts) > 1:
+        return (f"{len(opts)} optimizers step the model ({', '.join(map(str, opts))}), as the "
+                "players of a GAN do: a flat loss is their equilibrium, not a plateau")
+    return None
+
+
+def plateau_unclaimable(trace: Trace, config: ThresholdConfig | None = None) -> str | None:
+    """Why no method may claim a training plateau on this run (see the module notes)."""
+    return adversarial_loss(trace) or still_improving(trace, config)
 
 
 def hedge_failure(hypotheses: list[Hypothesis], failure_type: str,
