@@ -105,7 +105,9 @@ def _locate_onset(steps: pd.DataFrame, bins: Bins) -> tuple[int | None, int | No
     loss = steps["loss"].to_numpy(dtype=float)
     gnorm = steps["grad_norm"].to_numpy(dtype=float)
     hits = []
-    bad = ~np.isfinite(loss) | ~np.isfinite(gnorm)
+    # A NaN gradient norm with a finite loss was not measured (no optimizer step closed the
+    # step: none was taken, or a GradScaler skipped it); an infinite one was.
+    bad = ~np.isfinite(loss) | np.isinf(gnorm)
     nonfinite = int(step[np.argmax(bad)]) if bad.any() else None
     if nonfinite is not None:
         hits.append(nonfinite)
@@ -320,7 +322,12 @@ def _block_states(trace: Trace, blocks: tuple[tuple[str, ...], ...], bounds: lis
     g_out, _ = cell_mean(log10_abs(og), np.isfinite(og))
     g = np.where(n_param > 0, g_param, g_out)
     nan_act = stats["act_nan"].to_numpy(dtype=float) + stats["act_inf"].to_numpy(dtype=float)
-    bad = (nan_act > 0) | (~np.isfinite(og) & ~np.isnan(og)) | (weighted & ~np.isfinite(pg))
+    # A NaN parameter-gradient norm is non-finite where the step's loss was (the backward of
+    # a blown-up loss), else unmeasured (no optimizer step took the gradients).
+    loss_bad = trace.steps.loc[~np.isfinite(trace.steps["loss"].to_numpy(dtype=float)), "step"]
+    at_bad_loss = np.isin(stats["step"].to_numpy(), loss_bad.to_numpy())
+    bad = ((nan_act > 0) | (~np.isfinite(og) & ~np.isnan(og))
+           | (weighted & (np.isinf(pg) | (np.isnan(pg) & at_bad_loss))))
     # A NaN output gradient right after the loss went non-finite is non-finite too.
     bad |= np.isnan(og) & (stats["calls"].to_numpy(dtype=float) > 0) & np.isnan(
         stats["act_mean"].to_numpy(dtype=float))

@@ -427,3 +427,25 @@ def test_a_short_healthy_run_still_learning_is_no_plateau_for_either_method() ->
     for method in ("heuristic", "probabilistic"):
         hyps = ndb.explain(dbg.trace, method=method)
         assert not any(h.confidence >= 0.5 for h in hyps), (method, hyps[:2])
+
+
+def test_a_loop_that_never_calls_opt_step_is_a_stall_not_an_explosion() -> None:
+    """``opt.step()`` forgotten: no step is measured, so the gradient norms are NaN (not
+    recorded), which the probabilistic model read as non-finite gradients
+    (exploding_gradients at 0.92). The loss sits at chance: a stall, cause unknown."""
+    model = _mlp()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    g = torch.Generator().manual_seed(0)
+    with ndb.NeuralDbg(model, optimizer=opt) as dbg:
+        for _ in range(100):
+            idx = torch.randint(0, len(X), (64,), generator=g)
+            opt.zero_grad()
+            loss = F.cross_entropy(model(X[idx]), Y[idx])
+            loss.backward()
+            dbg.step(loss)  # opt.step() forgotten
+    assert dbg.trace.steps["grad_norm"].isna().all()
+    for method in ("heuristic", "probabilistic"):
+        hyps = ndb.explain(dbg.trace, method=method)
+        assert hyps and hyps[0].failure_type == "training_plateau", (method, hyps[:2])
+        assert not any(h.root_cause != "unknown" and h.confidence >= 0.5 for h in hyps), (
+            method, hyps[:3])
