@@ -11,7 +11,9 @@ Stages (each a batch of executor tasks, so they run in parallel locally or on Ra
    each scored run under the knob changes its family declares (counterfactual validity);
 3. repair: each failing scored run re-run with each method's top suggested fix.
 
-Every method goes through ``explain(trace) -> list[Hypothesis]``; per-run records are
+Every method goes through ``explain(trace) -> list[Hypothesis]``: NeuralDBG's own as users
+get them (:func:`neuraldbg.methods.explain`), the ported baselines as their rules answer;
+per-run records are
 collected into pandas DataFrames, written as Parquet next to ``metrics.json``. Tasks name runs
 by their path in the trace cache (``run_dir``), which every ``executor.map`` call passes as
 ``root``: a Ray executor ships those runs to and from its workers (no shared filesystem).
@@ -53,7 +55,7 @@ from benchmarks.runs import (
 from benchmarks.suites import Suite
 from neuraldbg.errors import MissingDependencyError
 from neuraldbg.methods import DiagnosisMethod, explain, get_method
-from neuraldbg.records import HEALTHY
+from neuraldbg.records import HEALTHY, Hypothesis
 from neuraldbg.trace import Trace
 
 if TYPE_CHECKING:
@@ -138,11 +140,25 @@ def _latency(model: DiagnosisMethod, trace: Trace, truth: dict[str, Any],
         end = int(onset) + off
         if end not in prefixes:
             prefixes[end] = truncate_trace(trace, end)
-        hyps = explain(prefixes[end], model)
+        hyps = _diagnose(model, prefixes[end])
         label, _ = M.predicted_label(hyps)
         if label == truth["failure_type"]:
             return float(off)
     return math.nan
+
+
+def _diagnose(model: DiagnosisMethod, trace: Trace) -> list[Hypothesis]:
+    """A method's answer as its users get it.
+
+    NeuralDBG's own methods through :func:`neuraldbg.methods.explain` (unfinished steps left
+    out, thin evidence and claims a run cannot support hedged); a ported peer rule set as the
+    peer's rules answer, so that the baselines stay faithful to the tools they port.
+    """
+    from benchmarks.baselines import BaselineMethod
+
+    if isinstance(model, BaselineMethod):
+        return list(model.explain(trace))
+    return explain(trace, model)
 
 
 def score_method_on_run(model: DiagnosisMethod, trace: Trace, truth: dict[str, Any], *,
@@ -155,7 +171,7 @@ def score_method_on_run(model: DiagnosisMethod, trace: Trace, truth: dict[str, A
     copies by last step, shared by the methods scored on it (see :func:`_latency`).
     """
     t0 = time.perf_counter()
-    hyps = explain(trace, model)  # what a user gets: finished steps, thin evidence hedged
+    hyps = _diagnose(model, trace)
     dt = time.perf_counter() - t0
     rec = M.score_run(hyps, truth)
     rec["explain_s"] = dt
