@@ -19,7 +19,7 @@ from causal_models.structure import NO_CAUSE
 from neuraldbg.records import HEALTHY, Hypothesis
 from neuraldbg.trace import Trace
 
-__all__ = ["explain", "name_undetermined_cause"]
+__all__ = ["explain", "name_undetermined_cause", "cause_given_failure"]
 
 #: Causes listed under each failure type (at most), and the conditional probability a cause
 #: after the first needs to be listed.
@@ -32,11 +32,14 @@ def name_undetermined_cause(hyps: list[Hypothesis]) -> list[Hypothesis]:
 
     A failure the evidence shows, with no cause the evidence singles out, is named with
     ``root_cause="unknown"`` at the failure type's posterior; the candidate causes
-    stay listed at their joint posterior (each below 0.5 then).
+    stay listed at their joint posterior (each below 0.5 then). When the most probable
+    cause is already the ``unknown`` state (the leak: the rules abstain, no registered cause
+    fits), that hypothesis is the one lifted to the failure type's posterior: a failure shown
+    at 0.92 whose cause is unknown is a failure, not a healthy run.
     """
     top = hyps[0]
     p_ft = float(top.metadata["p_failure_type"])
-    if p_ft < 0.5 or top.confidence >= 0.5 or top.root_cause == "unknown":
+    if p_ft < 0.5 or top.confidence >= 0.5:
         return hyps
     candidates = {h.root_cause: round(h.confidence, 4) for h in hyps
                   if h.failure_type == top.failure_type}
@@ -48,7 +51,35 @@ def name_undetermined_cause(hyps: list[Hypothesis]) -> list[Hypothesis]:
                   "reason": (f"the evidence shows {top.failure_type} (posterior "
                              f"{p_ft:.2f}) but does not single out its cause: the most "
                              f"probable, {top.root_cause}, has {top.confidence:.2f}")})
-    return [unknown, *hyps]
+    rest = hyps[1:] if top.root_cause == "unknown" else hyps
+    return [unknown, *rest]
+
+
+def cause_given_failure(joint_row: np.ndarray, root_causes: np.ndarray) -> np.ndarray:
+    """P(root cause | failure type, the run fails) from one failure type's joint row.
+
+    ``none`` is the root cause of a healthy run: a run that fails has a cause, registered
+    or ``unknown``. The network cannot say so itself (the failure type is a child of the
+    slice states, not of the root cause), so where a failure shows with slices that look
+    healthy, part of the joint lies on (that failure, ``none``); it is evidence for no
+    cause, and the causes are conditioned on the run failing (that mass set to zero and the
+    row renormalised). The ``unknown`` state keeps its share like any cause.
+
+    Parameters
+    ----------
+    joint_row : numpy.ndarray
+        P(failure type = f, root cause) for one failing ``f``, shape ``(n_root_causes,)``.
+    root_causes : numpy.ndarray
+        The root-cause states in column order.
+
+    Returns
+    -------
+    numpy.ndarray
+        Same shape, zero at ``none``, summing to 1 (all zeros when no cause has mass).
+    """
+    row = np.where(root_causes == NO_CAUSE, 0.0, np.clip(joint_row, 0.0, None))
+    total = float(row.sum())
+    return row / total if total > 0 else row
 
 
 def _pairs_when_healthy(model: FittedModel, joint: np.ndarray,
@@ -72,7 +103,7 @@ def _pairs_when_failing(model: FittedModel, joint: np.ndarray, marginal: np.ndar
     for i in np.argsort(-marginal, kind="stable"):
         if i == healthy or (pairs and marginal[i] < model.min_confidence):
             continue  # the most probable failure type is always listed
-        cond = joint[i] / max(float(marginal[i]), 1e-300)
+        cond = cause_given_failure(joint[i], model.root_causes_)
         ranked = [j for j in np.argsort(-cond, kind="stable")
                   if model.root_causes_[j] != NO_CAUSE][:MAX_CAUSES]
         pairs += [(int(i), j) for r, j in enumerate(ranked)
@@ -112,11 +143,12 @@ def explain(model: FittedModel, trace: Trace) -> list[Hypothesis]:
     for i, j in pairs:
         ft = str(model.classes_[i])
         p_ft = min(1.0, max(0.0, float(marginal[i])))
-        cond = joint[i] / max(float(marginal[i]), 1e-300)
+        cond = cause_given_failure(joint[i], model.root_causes_)
         # judged healthy, every hypothesis carries P(the run fails at all); judged
-        # failing, a hypothesis claims its failure type *and* its cause: the joint
+        # failing, a hypothesis claims its failure type *and* its cause: P(failure type)
+        # times P(cause | that failure, the run fails)
         conf = (min(1.0, max(0.0, 1.0 - p_healthy)) if judged_healthy
-                else min(1.0, max(0.0, float(joint[i, j]))))
+                else min(1.0, max(0.0, p_ft * float(cond[j]))))
         if ft not in origins:
             origins[ft] = locate_origin(trace, disc, ft)
             if ft in disc.events:
