@@ -21,14 +21,15 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
+from scipy import stats
 
 from neuraldbg.records import Hypothesis
 from neuraldbg.thresholds import ThresholdConfig
 from neuraldbg.trace import Trace
 
-__all__ = ["MIN_STEPS", "HEDGED_CONFIDENCE", "TAIL_SHARE", "usable_trace", "thin_evidence",
-           "still_improving", "adversarial_loss", "plateau_unclaimable", "hedge",
-           "hedge_failure"]
+__all__ = ["MIN_STEPS", "HEDGED_CONFIDENCE", "TAIL_SHARE", "TREND_MIN_POINTS", "TREND_ALPHA",
+           "usable_trace", "thin_evidence", "still_improving", "adversarial_loss",
+           "plateau_unclaimable", "hedge", "hedge_failure"]
 
 #: Fewest finished steps for a confident verdict. The State Classifier compares each layer
 #: with its own early baseline (its first recorded steps) and the loss dynamics fit a trend:
@@ -39,6 +40,10 @@ HEDGED_CONFIDENCE = 0.45
 #: The end of a run whose trend :func:`still_improving` reads: its last third, long enough to
 #: average a minibatch loss's noise and short enough to be where the run is now.
 TAIL_SHARE = 1.0 / 3.0
+#: Fewest losses a trend is tested on, and the level of that test (Kendall's tau, one-sided):
+#: below ten points a minibatch loss's noise passes for a trend too often.
+TREND_MIN_POINTS = 10
+TREND_ALPHA = 0.05
 
 
 def usable_trace(trace: Trace) -> Trace:
@@ -84,18 +89,25 @@ def thin_evidence(trace: Trace) -> str | None:
 def still_improving(trace: Trace, config: ThresholdConfig | None = None) -> str | None:
     """Why the loss is still falling at the end of the run, or ``None`` when it is not.
 
-    Over the last :data:`TAIL_SHARE` of the finite losses, the median of its last quarter
-    (at least 3 steps) below the median of its first quarter by ``plateau_improvement`` or
-    more (the share a whole run must improve by not to count as stalled).
+    Over the last :data:`TAIL_SHARE` of the finite losses (the whole run when that is under
+    :data:`TREND_MIN_POINTS` losses), the loss falls when both hold: Kendall's trend test
+    finds a decrease (one-sided, p < :data:`TREND_ALPHA`: a minibatch loss's noise alone does
+    not pass it) and the Theil-Sen line drops by ``plateau_improvement`` or more of its start
+    across that span (the share a whole run must improve by not to count as stalled).
     """
     cfg = config or ThresholdConfig()
     loss = trace.steps["loss"].to_numpy(dtype=float)
     loss = loss[np.isfinite(loss)]
     tail = loss[len(loss) - int(len(loss) * TAIL_SHARE):]
-    k = max(MIN_STEPS - 2, len(tail) // 4)
-    if len(tail) < 3 * k:
+    if len(tail) < TREND_MIN_POINTS:
+        tail = loss
+    if len(tail) < TREND_MIN_POINTS:
         return None
-    start, end = float(np.median(tail[:k])), float(np.median(tail[-k:]))
+    x = np.arange(len(tail), dtype=float)
+    if stats.kendalltau(x, tail, alternative="less").pvalue >= TREND_ALPHA:
+        return None
+    slope, intercept = stats.theilslopes(tail, x)[:2]
+    start, end = intercept, intercept + slope * x[-1]
     if not start > 0 or (start - end) / start < cfg.plateau_improvement:
         return None
     return (f"the loss is still falling at the end of the run ({start:.4g} -> {end:.4g} over "
