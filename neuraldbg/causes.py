@@ -81,12 +81,6 @@ _BUGS = ("missing_zero_grad", "unscaled_targets", "symmetric_init", "gradient_bl
          "loss_output_mismatch", "data_problem")
 
 
-#: What a run whose weights never moved while gradients flowed says to the user.
-_UNMOVED_HINT = ("gradients flowed but no optimizer step changed the model's weights: the "
-                 "optimizer holds other parameters (was the model re-created, or its "
-                 "parameters replaced, after the optimizer was built?)")
-
-
 def _lr_jump_before(facts: RunFacts, step: int, window: int) -> bool:
     return any(step - window <= s <= step for s in facts.lr_jump_steps)
 
@@ -199,7 +193,7 @@ def score_causes(failure_type: str, *, onset: int, first_step: int, facts: RunFa
             out[cause] = (sup * (1.0 - bug), ev)
     if facts.weights_unmoved:  # no cause in the vocabulary trains a model nothing updates
         out = {c: (0.0, ev) for c, (_, ev) in out.items()}
-        out["unknown"] = (1.0, {"weights_unmoved": True, "hint": _UNMOVED_HINT})
+        out["unknown"] = (1.0, {"weights_unmoved": True, "hint": facts.weights_unmoved})
     return {c: v for c, v in out.items() if v[0] >= w.min_support}
 
 

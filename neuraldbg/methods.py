@@ -48,6 +48,8 @@ from neuraldbg.registry_base import Registry
 from neuraldbg.run_facts import RunFacts, gather_facts
 from neuraldbg.states import StateTable, classify_states
 from neuraldbg.sufficiency import (
+    claim_unknown,
+    frozen_weights,
     hedge,
     hedge_failure,
     plateau_unclaimable,
@@ -414,7 +416,10 @@ def explain(trace: Trace | str | os.PathLike[str], method: str | DiagnosisMethod
         Empty, or no hypothesis with ``confidence >= 0.5``, means the run is judged healthy.
         Steps that never finished are left out; a trace of fewer than
         :data:`neuraldbg.sufficiency.MIN_STEPS` finished steps gives no hypothesis at 0.5 or
-        above, and its hypotheses say why (``metadata["thin_evidence"]``).
+        above, and its hypotheses say why (``metadata["thin_evidence"]``). A model whose
+        weights never moved gives a ``training_plateau`` with ``root_cause="unknown"`` on top
+        and ``metadata["hint"]`` saying what to check (no gradient reached the optimizer
+        step, or the optimizer holds other parameters), every named cause below 0.5.
 
     Raises
     ------
@@ -426,6 +431,9 @@ def explain(trace: Trace | str | os.PathLike[str], method: str | DiagnosisMethod
     reason = thin_evidence(usable)
     if reason:
         return hedge(hypotheses, reason)
+    frozen = frozen_weights(usable)
+    if frozen:
+        return claim_unknown(hypotheses, frozen, usable)
     if any(h.failure_type == "training_plateau" and h.confidence >= 0.5 for h in hypotheses):
         why = plateau_unclaimable(usable)
         if why:

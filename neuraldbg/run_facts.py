@@ -37,6 +37,7 @@ import numpy as np
 
 from neuraldbg.events import LossDynamics
 from neuraldbg.states import StateTable
+from neuraldbg.sufficiency import frozen_weights
 from neuraldbg.thresholds import require_positive_fields
 from neuraldbg.trace import Trace
 
@@ -158,12 +159,11 @@ class RunFacts:
         Growth over the run of parameter-gradient norm / output-gradient norm of the
         weight layers (median over layers, late steps over the first ones): ~1 when each
         step's gradient is that step's, growing like the step when they pile up.
-    weights_unmoved : bool
-        Gradients flowed (finite, non-zero global norm) but the weights never changed: the
-        global parameter norm is the same at every recorded step and no optimizer step
-        measured an update of them (the optimizer given holds other parameters: a model
-        re-created after its optimizer was built). A rate too small to change a float32
-        weight still has its (zero) update measured, so it is not this.
+    weights_unmoved : str or None
+        What to check when the weights never changed (the global parameter norm is the same
+        at every recorded step): no gradient reached the optimizer step, or the optimizer
+        holds other parameters (:func:`neuraldbg.sufficiency.frozen_weights`). ``None`` when
+        they moved.
     output_floor_gap : float
         For a network that ends in a softmax over K classes: (loss at the end - the floor
         ``log(1 + (K - 1) / e)`` that ``CrossEntropyLoss`` on probabilities cannot go below)
@@ -206,7 +206,7 @@ class RunFacts:
     batchnorm_output_std: float = math.nan
     output_floor_gap: float = math.nan
     output_floor_step: int | None = None
-    weights_unmoved: bool = False
+    weights_unmoved: str | None = None
 
 
 
@@ -281,22 +281,9 @@ def gather_facts(trace: Trace, states: StateTable, dyn: LossDynamics,
         blocked_modules=_blocked(trace, states),
         grad_accumulation=_grad_accumulation(states, weight, win),
         batchnorm_output_std=_batchnorm_std(states, rows),
-        **_output_floor(trace, states, win), weights_unmoved=_weights_unmoved(trace, win),
+        **_output_floor(trace, states, win),
+        weights_unmoved=frozen_weights(trace, win.edge_min_steps),
         **scales._asdict())
-
-
-def _weights_unmoved(trace: Trace, win: FactWindows) -> bool:
-    """:attr:`RunFacts.weights_unmoved` (see there)."""
-    steps = trace.steps
-    if not {"param_norm", "update_norm", "grad_norm"} <= set(steps.columns):
-        return False
-    pn = steps["param_norm"].to_numpy(dtype=float)
-    seen = np.isfinite(pn)
-    grads = steps["grad_norm"].to_numpy(dtype=float)[seen]
-    if seen.sum() < win.edge_min_steps or not (np.isfinite(grads).all() and (grads > 0).all()):
-        return False
-    updates = steps["update_norm"].to_numpy(dtype=float)[seen]
-    return bool(np.ptp(pn[seen]) == 0.0 and np.isnan(updates).all())
 
 
 #: The loss floor of ``CrossEntropyLoss`` fed probabilities: every logit in [0, 1], the

@@ -14,6 +14,14 @@ looks slow (a short run early in training), and when several optimizers step eac
 (:func:`adversarial_loss`: a GAN's players, whose summed loss stays flat at equilibrium) a
 flat loss is no evidence of one, so plateau hypotheses are kept below 0.5 too
 (:func:`hedge_failure`).
+
+A model whose weights never moved (:func:`frozen_weights`: the same parameter norm at every
+recorded step) cannot have learned, and no cause in the vocabulary is a knob that would fix
+it: the gradient never reached the optimizer step (``loss.backward()`` forgotten, or
+``zero_grad()`` between it and the step), or the optimizer holds parameters other than the
+model's. Every method's verdict on such a run becomes the stall with cause ``unknown`` and a
+hint of what to check (:func:`claim_unknown`): a learning-rate story there sends the user
+after a knob that cannot help.
 """
 
 from __future__ import annotations
@@ -29,7 +37,9 @@ from neuraldbg.trace import Trace
 
 __all__ = ["MIN_STEPS", "HEDGED_CONFIDENCE", "TAIL_SHARE", "TREND_MIN_POINTS", "TREND_ALPHA",
            "usable_trace", "thin_evidence", "still_improving", "adversarial_loss",
-           "plateau_unclaimable", "hedge", "hedge_failure"]
+           "plateau_unclaimable", "hedge", "hedge_failure", "FROZEN_CONFIDENCE",
+           "NO_GRADIENT_HINT", "NO_STEP_HINT", "OTHER_PARAMETERS_HINT", "frozen_weights",
+           "claim_unknown"]
 
 #: Fewest finished steps for a confident verdict. The State Classifier compares each layer
 #: with its own early baseline (its first recorded steps) and the loss dynamics fit a trend:
@@ -44,6 +54,21 @@ TAIL_SHARE = 1.0 / 3.0
 #: below ten points a minibatch loss's noise passes for a trend too often.
 TREND_MIN_POINTS = 10
 TREND_ALPHA = 0.05
+#: Confidence of the stall claimed for a model whose weights never moved over at least
+#: :data:`MIN_STEPS` steps. Not 1: the parameter norm is a float32 sum, and updates below its
+#: last bit would not show in it.
+FROZEN_CONFIDENCE = 0.9
+#: What :func:`frozen_weights` tells the user when no gradient reached any optimizer step.
+NO_GRADIENT_HINT = ("the weights never moved and no gradient was there when the optimizer "
+                    "stepped, at any step: is loss.backward() called, and before "
+                    "optimizer.step() with no optimizer.zero_grad() between the two?")
+#: ... and when an optimizer was given to the capture but no step of it was ever measured.
+NO_STEP_HINT = ("the optimizer given to NeuralDbg never stepped, so no weight moved: is "
+                "optimizer.step() called, and on that optimizer?")
+#: ... and when gradients were there but the optimizer updated none of the model's weights.
+OTHER_PARAMETERS_HINT = ("gradients flowed but no optimizer step changed the model's weights: "
+                         "the optimizer holds other parameters (was the model re-created, or "
+                         "its parameters replaced, after the optimizer was built?)")
 
 
 def usable_trace(trace: Trace) -> Trace:
@@ -131,6 +156,65 @@ def adversarial_loss(trace: Trace) -> str | None:
 def plateau_unclaimable(trace: Trace, config: ThresholdConfig | None = None) -> str | None:
     """Why no method may claim a training plateau on this run (see the module notes)."""
     return adversarial_loss(trace) or still_improving(trace, config)
+
+
+def frozen_weights(trace: Trace, min_steps: int = MIN_STEPS) -> str | None:
+    """What to check when the model's weights never moved, or ``None`` when they did.
+
+    When an optimizer was given to the capture and none of its steps was measured over
+    ``min_steps`` steps or more, with the loss finite, it never stepped (:data:`NO_STEP_HINT`).
+    Otherwise the weights did not move when the global parameter norm is the same number at
+    every step that measured it (``min_steps`` or more). Then either no step had a gradient to
+    apply (the global gradient norm is zero or unmeasured at every step, the loss finite:
+    :data:`NO_GRADIENT_HINT`), or every step had one (finite, non-zero) and yet no update was
+    measured (:data:`OTHER_PARAMETERS_HINT`). Non-finite gradients are neither: a
+    ``GradScaler`` skips those steps on purpose, and the gradient rules read them. A rate too
+    small to change a float32 weight has its (zero) update measured, so it is not this either.
+    """
+    steps = trace.steps
+    if not {"param_norm", "grad_norm", "loss"} <= set(steps.columns):
+        return None
+    pn = steps["param_norm"].to_numpy(dtype=float)
+    seen = np.isfinite(pn)
+    if (trace.meta.get("optimizer_class") and len(pn) >= min_steps and not seen.any()
+            and steps["grad_norm"].isna().all()
+            and np.isfinite(steps["loss"].to_numpy(dtype=float)).all()):
+        return NO_STEP_HINT
+    if seen.sum() < min_steps or np.ptp(pn[seen]) != 0.0:
+        return None
+    grads = steps["grad_norm"].to_numpy(dtype=float)[seen]
+    loss = steps["loss"].to_numpy(dtype=float)[seen]
+    if np.isfinite(loss).all() and not (np.isfinite(grads) & (grads > 0)).any() \
+            and not np.isinf(grads).any():
+        return NO_GRADIENT_HINT
+    updates = (steps["update_norm"].to_numpy(dtype=float)[seen] if "update_norm" in steps
+               else np.full(len(grads), np.nan))
+    if np.isfinite(grads).all() and (grads > 0).all() and np.isnan(updates).all():
+        return OTHER_PARAMETERS_HINT
+    return None
+
+
+def claim_unknown(hypotheses: list[Hypothesis], reason: str, trace: Trace
+                  ) -> list[Hypothesis]:
+    """The stall of a model that never moved, claimed with cause ``unknown``.
+
+    The method's strongest ``training_plateau`` hypothesis (or, when it gave none, a new one
+    from the trace's first module and step) becomes the top one with ``root_cause="unknown"``,
+    at :data:`FROZEN_CONFIDENCE` or the method's top confidence when higher, and
+    ``metadata["hint"] = reason``. Every other hypothesis is hedged below 0.5
+    (:func:`hedge`), so no knob is claimed.
+    """
+    ranked = sorted(hypotheses, key=lambda h: -h.confidence)
+    stall = next((h for h in ranked if h.failure_type == "training_plateau"), None)
+    confidence = max([FROZEN_CONFIDENCE] + [h.confidence for h in ranked[:1]])
+    if stall is None:
+        first = next(iter(trace.module_names), "")
+        stall = Hypothesis(failure_type="training_plateau", root_cause="unknown",
+                           origin_layer=str(first), origin_step=int(trace.steps["step"].min()),
+                           confidence=confidence)
+    claim = dataclasses.replace(stall, root_cause="unknown", confidence=confidence,
+                                metadata={**stall.metadata, "hint": reason})
+    return [claim] + hedge([h for h in ranked if h is not stall], reason)
 
 
 def hedge_failure(hypotheses: list[Hypothesis], failure_type: str,

@@ -2,12 +2,24 @@
 
 from __future__ import annotations
 
+import dataclasses
+
+import numpy as np
+import pandas as pd
 import pytest
 import torch
 from torch import nn
 
 import neuraldbg as ndb
-from neuraldbg.sufficiency import HEDGED_CONFIDENCE, MIN_STEPS, hedge
+from neuraldbg.sufficiency import (
+    HEDGED_CONFIDENCE,
+    MIN_STEPS,
+    NO_GRADIENT_HINT,
+    NO_STEP_HINT,
+    OTHER_PARAMETERS_HINT,
+    frozen_weights,
+    hedge,
+)
 from tests.training import train
 
 METHODS = ["heuristic", "probabilistic"]
@@ -83,3 +95,36 @@ def test_hedge_keeps_order_and_ratios() -> None:
     assert [h.confidence for h in out] == pytest.approx([HEDGED_CONFIDENCE,
                                                          HEDGED_CONFIDENCE / 3])
     assert out[0].metadata["thin_evidence"] == "only 2 finished step(s) recorded"
+
+
+@pytest.mark.parametrize("grad, update, param, expected", [
+    (0.0, 0.0, 3.0, NO_GRADIENT_HINT),  # loss.backward() forgotten
+    (float("nan"), float("nan"), 3.0, NO_GRADIENT_HINT),  # no parameter had a .grad
+    (float("inf"), float("nan"), 3.0, None),  # a GradScaler skipping overflowing steps
+    (1.0, float("nan"), 3.0, OTHER_PARAMETERS_HINT),  # the optimizer holds other weights
+    (1.0, 0.0, 3.0, None),  # a rate too small to change a float32 weight: update measured
+    (1.0, 0.1, None, None),  # the weights moved
+    (float("nan"), float("nan"), float("nan"), None),  # no optimizer given: nothing to say
+])
+def test_frozen_weights_tells_a_missing_gradient_from_other_stalls(grad, update, param,
+                                                                   expected) -> None:
+    """Unit test of one function on hand-built step rows (the real loops are in
+    tests/test_user_bugs.py)."""
+    n = MIN_STEPS + 3
+    steps = pd.DataFrame({"step": range(n), "loss": 2.3, "grad_norm": grad,
+                          "update_norm": update,
+                          "param_norm": [param] * n if param else np.linspace(3, 4, n)})
+    trace = ndb.Trace(steps=steps, stats=pd.DataFrame(), modules=pd.DataFrame())
+    assert frozen_weights(trace) == expected
+    assert frozen_weights(trace, min_steps=n + 1) is None  # too few steps to tell
+
+
+def test_frozen_weights_tells_an_optimizer_that_never_stepped() -> None:
+    """``opt.step()`` forgotten with the optimizer given to the capture: nothing measured."""
+    nan = float("nan")
+    steps = pd.DataFrame({"step": range(MIN_STEPS), "loss": 2.3, "grad_norm": nan,
+                          "update_norm": nan, "param_norm": nan})
+    trace = ndb.Trace(steps=steps, stats=pd.DataFrame(), modules=pd.DataFrame(),
+                      meta={"optimizer_class": "Adam"})
+    assert frozen_weights(trace) == NO_STEP_HINT
+    assert frozen_weights(dataclasses.replace(trace, meta={})) is None

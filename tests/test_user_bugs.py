@@ -13,6 +13,7 @@ from sklearn.datasets import load_digits
 from torch import nn
 
 import neuraldbg as ndb
+from neuraldbg.reporting import verdict
 
 _X, _Y = load_digits(return_X_y=True)
 X = torch.tensor(_X, dtype=torch.float32) / 16.0
@@ -449,3 +450,41 @@ def test_a_loop_that_never_calls_opt_step_is_a_stall_not_an_explosion() -> None:
         assert hyps and hyps[0].failure_type == "training_plateau", (method, hyps[:2])
         assert not any(h.root_cause != "unknown" and h.confidence >= 0.5 for h in hyps), (
             method, hyps[:3])
+        assert "optimizer.step()" in hyps[0].metadata["hint"], (method, hyps[0].metadata)
+
+
+def _train_gradientless(bug: str) -> ndb.Trace:
+    """Adam on the digits MLP, with the gradient lost before every optimizer step."""
+    model = _mlp()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    g = torch.Generator().manual_seed(0)
+    with ndb.NeuralDbg(model, optimizer=opt) as dbg:
+        for _ in range(100):
+            idx = torch.randint(0, len(X), (64,), generator=g)
+            opt.zero_grad()
+            loss = F.cross_entropy(model(X[idx]), Y[idx])
+            if bug == "zero_grad_after_backward":
+                loss.backward()
+                opt.zero_grad()  # meant to be the first line of the loop
+            opt.step()  # bug == "no_backward": loss.backward() forgotten
+            dbg.step(loss)
+    return dbg.trace
+
+
+@pytest.mark.parametrize("bug", ["no_backward", "zero_grad_after_backward"])
+def test_a_loop_whose_gradients_never_reach_the_step_names_no_cause(bug: str) -> None:
+    """``loss.backward()`` forgotten, or ``zero_grad()`` between it and ``opt.step()``: the
+    weights never move, the loss sits at chance. No knob in the vocabulary explains it (the
+    probabilistic model said learning_rate_too_low at 0.71, which a user would follow for
+    nothing), so both methods name the stall with cause 'unknown' and say what to check."""
+    trace = _train_gradientless(bug)
+    for method in ("heuristic", "probabilistic"):
+        hyps = ndb.explain(trace, method=method)
+        top = hyps[0]
+        assert top.failure_type == "training_plateau" and top.root_cause == "unknown", (
+            method, hyps[:2])
+        assert top.confidence >= 0.5, (method, top)
+        assert "loss.backward()" in top.metadata["hint"], (method, top.metadata)
+        assert not any(h.root_cause != "unknown" and h.confidence >= 0.5 for h in hyps), (
+            method, hyps[:3])
+        assert top.metadata["hint"] in verdict(hyps).sentence, method

@@ -6,7 +6,9 @@ answer, and why two methods disagree.
 Every number said here is read from the trace (statistics at the hypothesis's origin layer,
 the loss) or from the public fields of a :class:`~neuraldbg.Hypothesis` or a counterfactual
 (``p_failure_factual``, ``p_failure``, ``failure_type``), never from a method's private
-metadata, so the sentences stay right for any registered method.
+metadata, so the sentences stay right for any registered method. Two metadata keys are
+read, both set by :func:`neuraldbg.explain` whatever the method: ``"hint"`` (what to check when
+the cause is ``unknown``) and ``"thin_evidence"`` (why a suspicion was kept below 0.5).
 """
 
 from __future__ import annotations
@@ -134,17 +136,23 @@ def verdict(hypotheses: Sequence[Hypothesis], types: Mapping[str, str] | None = 
     if top.confidence < CLAIM:
         return Verdict(False, (
             f"The run looks healthy: no failure reaches confidence {CLAIM} (the strongest "
-            f"suspicion, {failure_words(top.failure_type)}, stays at {top.confidence:.2f})."),
-            top.confidence, top)
+            f"suspicion, {failure_words(top.failure_type)}, stays at {top.confidence:.2f}"
+            f"{_because(top, 'thin_evidence', ': ')})."), top.confidence, top)
     where = layer_label(top.origin_layer, dict(types))
     if top.root_cause == "unknown":
-        why = "; the cause could not be determined"
+        why = f"; the cause could not be determined{_because(top, 'hint', ': ')}"
     else:
         why = f", most likely because {cause_words(top.root_cause)}"
     return Verdict(True, (
         f"The run failed: {failure_words(top.failure_type)} began in {where} at step "
         f"{top.origin_step}{why} (confidence {top.confidence:.2f}, {sureness(top.confidence)})."),
         top.confidence, top)
+
+
+def _because(h: Hypothesis, key: str, lead: str) -> str:
+    """``lead`` and ``h.metadata[key]`` when that is a non-empty string, else nothing."""
+    said = h.metadata.get(key)
+    return f"{lead}{said}" if isinstance(said, str) and said else ""
 
 
 class TraceEvidence:
