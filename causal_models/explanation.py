@@ -4,10 +4,18 @@ One hypothesis per (failure type, root cause) pair worth naming, with the origin
 step placed by :func:`causal_models.origin.locate_origin` and the rules' first event of the
 same failure (read as a sensor), and an honest ``unknown`` when the evidence shows a failure
 but does not single out its cause (:func:`name_undetermined_cause`).
+
+Causes are ranked by their posterior, never by the order the vocabulary lists them: two
+causes whose probabilities given the failure are equal (:func:`tied_causes`: their tables
+still hold the same prior, no data told them apart) are a tie, which the top hypothesis
+reports in ``metadata["cause_resolution"] = "tie"`` and ``metadata["tied_causes"]`` (the keys
+the heuristic uses), naming the failure with ``unknown`` and keeping each tied cause below
+0.5.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -19,12 +27,36 @@ from causal_models.structure import NO_CAUSE
 from neuraldbg.records import HEALTHY, Hypothesis
 from neuraldbg.trace import Trace
 
-__all__ = ["explain", "name_undetermined_cause", "cause_given_failure"]
+__all__ = ["explain", "name_undetermined_cause", "cause_given_failure", "tied_causes",
+           "TIE_TOLERANCE"]
 
 #: Causes listed under each failure type (at most), and the conditional probability a cause
 #: after the first needs to be listed.
 MAX_CAUSES = 3
 MIN_CAUSE_SHARE = 0.05
+#: Relative difference below which two causes' probabilities given the failure are equal
+#: (floating-point noise of the same table values summed in another order).
+TIE_TOLERANCE = 1e-6
+#: The highest confidence a cause tied with another keeps: just below a claim.
+_BELOW_CLAIM = float(np.nextafter(0.5, 0.0))
+
+
+def tied_causes(cond: np.ndarray, root_causes: np.ndarray) -> list[str]:
+    """The causes tied for the top of ``cond`` (P(cause | failure)), or ``[]`` when one leads.
+
+    Parameters
+    ----------
+    cond : numpy.ndarray
+        :func:`cause_given_failure` of one failure type.
+    root_causes : numpy.ndarray
+        The root-cause states in column order.
+    """
+    named = [j for j in np.argsort(-cond, kind="stable") if root_causes[j] != NO_CAUSE]
+    if len(named) < 2 or not cond[named[0]] > 0:
+        return []
+    top = float(cond[named[0]])
+    tied = [str(root_causes[j]) for j in named if top - float(cond[j]) <= TIE_TOLERANCE * top]
+    return tied if len(tied) > 1 else []
 
 
 def name_undetermined_cause(hyps: list[Hypothesis]) -> list[Hypothesis]:
@@ -35,12 +67,18 @@ def name_undetermined_cause(hyps: list[Hypothesis]) -> list[Hypothesis]:
     stay listed at their joint posterior (each below 0.5 then). When the most probable
     cause is already the ``unknown`` state (the leak: the rules abstain, no registered cause
     fits), that hypothesis is the one lifted to the failure type's posterior: a failure shown
-    at 0.92 whose cause is unknown is a failure, not a healthy run.
+    at 0.92 whose cause is unknown is a failure, not a healthy run. Causes tied at the top
+    (``metadata["tied_causes"]``) never single one out: the failure is named ``unknown`` and
+    each tied cause stays below 0.5.
     """
     top = hyps[0]
     p_ft = float(top.metadata["p_failure_type"])
-    if p_ft < 0.5 or top.confidence >= 0.5:
+    tied = top.metadata.get("tied_causes") or []
+    if p_ft < 0.5 or (top.confidence >= 0.5 and not tied):
         return hyps
+    hyps = [h if h.root_cause not in tied or h.failure_type != top.failure_type
+            else dataclasses.replace(h, confidence=min(h.confidence, _BELOW_CLAIM))
+            for h in hyps]
     candidates = {h.root_cause: round(h.confidence, 4) for h in hyps
                   if h.failure_type == top.failure_type}
     unknown = Hypothesis(
@@ -49,8 +87,10 @@ def name_undetermined_cause(hyps: list[Hypothesis]) -> list[Hypothesis]:
         metadata={**top.metadata, "p_root_cause_given_failure": None, "p_joint": None,
                   "cause_undetermined": candidates,
                   "reason": (f"the evidence shows {top.failure_type} (posterior "
-                             f"{p_ft:.2f}) but does not single out its cause: the most "
-                             f"probable, {top.root_cause}, has {top.confidence:.2f}")})
+                             f"{p_ft:.2f}) but does not single out its cause: " + (
+                                 f"{', '.join(tied)} are tied at {top.confidence:.2f}"
+                                 if tied else f"the most probable, {top.root_cause}, has "
+                                 f"{top.confidence:.2f}"))})
     rest = hyps[1:] if top.root_cause == "unknown" else hyps
     return [unknown, *rest]
 
@@ -144,6 +184,9 @@ def explain(model: FittedModel, trace: Trace) -> list[Hypothesis]:
         ft = str(model.classes_[i])
         p_ft = min(1.0, max(0.0, float(marginal[i])))
         cond = cause_given_failure(joint[i], model.root_causes_)
+        tied = [] if judged_healthy else tied_causes(cond, model.root_causes_)
+        tie = {"cause_resolution": "tie", "tied_causes": tied} if str(
+            model.root_causes_[j]) in tied else {}
         # judged healthy, every hypothesis carries P(the run fails at all); judged
         # failing, a hypothesis claims its failure type *and* its cause: P(failure type)
         # times P(cause | that failure, the run fails)
@@ -167,7 +210,7 @@ def explain(model: FittedModel, trace: Trace) -> list[Hypothesis]:
                       "p_joint": float(joint[i, j]), "p_healthy": p_healthy,
                       "propagation_path": path, "onset_step": disc.onset_step,
                       "slices": [list(s) for s in disc.slices],
-                      "evidence": dict(evidence)}))
+                      "evidence": dict(evidence), **tie}))
     if not judged_healthy and hyps:
         hyps = name_undetermined_cause(hyps)
     return sorted(hyps, key=lambda h: -h.confidence)

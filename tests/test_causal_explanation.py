@@ -10,7 +10,7 @@ import experiments
 import neuraldbg as ndb
 from benchmarks.fit_default import with_family_labels
 from causal_models import ProbabilisticReasoner
-from causal_models.explanation import cause_given_failure, name_undetermined_cause
+from causal_models.explanation import cause_given_failure, name_undetermined_cause, tied_causes
 
 #: The bug held out of the fit and the runs the model learns from: the same bug in an MLP
 #: under SGD (its gradients blow up), a healthy CNN, and a plateau with another cause.
@@ -82,3 +82,24 @@ def test_an_unknown_cause_under_a_clear_failure_claims_the_failure() -> None:
     unclear = [hyp("unknown", 0.39)]
     unclear[0].metadata["p_failure_type"] = 0.45  # the failure itself is not shown
     assert name_undetermined_cause(unclear) == unclear
+
+
+def test_causes_tied_in_the_posterior_are_a_tie_not_list_order() -> None:
+    """Two causes whose tables still hold the same prior get the same probability given the
+    failure; whichever the vocabulary lists first must not be claimed."""
+    causes = np.array(["none", "data_problem", "missing_zero_grad", "unknown"], dtype=object)
+    cond = cause_given_failure(np.array([0.1, 0.45, 0.45 * (1 + 1e-9), 0.1]), causes)
+    assert sorted(tied_causes(cond, causes)) == ["data_problem", "missing_zero_grad"]
+    assert tied_causes(cause_given_failure(np.array([0.1, 0.46, 0.44, 0.1]), causes),
+                       causes) == []
+
+    def hyp(cause: str, conf: float) -> ndb.Hypothesis:
+        return ndb.Hypothesis("training_plateau", cause, "0", 12, conf,
+                              {"p_failure_type": 1.0, "p_healthy": 0.0,
+                               "cause_resolution": "tie",
+                               "tied_causes": ["data_problem", "missing_zero_grad"]})
+
+    out = name_undetermined_cause([hyp("data_problem", 0.5), hyp("missing_zero_grad", 0.5)])
+    assert (out[0].root_cause, out[0].confidence) == ("unknown", 1.0)
+    assert all(h.confidence < 0.5 for h in out[1:]) and len(out) == 3
+    assert "tied" in out[0].metadata["reason"]
