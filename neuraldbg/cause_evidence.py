@@ -185,7 +185,7 @@ class CauseWeights:
         ``decades`` of the row-diversity support.
     diversity_floor : float, default=1e-12
         Row diversity is floored here before its log is taken (rows exactly equal give 0).
-    batchnorm_decades : float, default=0.25
+    batchnorm_decades : float, default=0.05
         ``decades`` of the BatchNorm-off support.
     """
 
@@ -227,7 +227,7 @@ class CauseWeights:
     accumulation_decades: float = 0.25
     symmetric_decades: float = 0.5
     diversity_floor: float = 1e-12
-    batchnorm_decades: float = 0.25
+    batchnorm_decades: float = 0.05
 
     def __post_init__(self) -> None:
         """Reject a non-positive or non-numeric coefficient (the message names it)."""
@@ -312,13 +312,12 @@ def batchnorm_off_support(facts: RunFacts, cfg: ThresholdConfig,
     """Support for "the BatchNorm layers do not normalise".
 
     A model left in ``eval()``, normalising with its initial running statistics: their
-    outputs' std at the first step
-    ``cfg.batchnorm_std_high`` times or more off 1 (train-mode BatchNorm outputs ~1).
+    outputs' std at the first step ``cfg.batchnorm_std_high`` times or more off 1, typically
+    (:attr:`~neuraldbg.run_facts.RunFacts.batchnorm_off_factor`). Train-mode BatchNorm
+    outputs have std 1 by construction (1.00-1.02 over the zoo's runs with BatchNorm, 0.02
+    support; a model in ``eval()`` 2.9x to 23x).
     """
-    std = facts.batchnorm_output_std
-    if not (std > 0 and math.isfinite(std)):
-        return 0.0
-    return logistic_support(max(std, 1.0 / std), cfg.batchnorm_std_high,
+    return logistic_support(facts.batchnorm_off_factor, cfg.batchnorm_std_high,
                             decades=weights.batchnorm_decades)
 
 

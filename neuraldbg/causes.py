@@ -62,6 +62,7 @@ from neuraldbg.cause_evidence import (
     logistic_support,
 )
 from neuraldbg.run_facts import RunFacts
+from neuraldbg.sufficiency import batchnorm_hint
 from neuraldbg.thresholds import ThresholdConfig
 
 __all__ = ["CauseSupport", "score_causes"]
@@ -250,10 +251,11 @@ def _put_script_bugs(cands: _Candidates, s: _Shared, bugs: ScriptBugs) -> None:
               {"modules_without_gradient": list(facts.blocked_modules)})
     if bugs.bn_off >= w.min_support:  # a cause outside the vocabulary: support for "unknown"
         cands.out["unknown"] = (bugs.bn_off, {
-            "batchnorm_output_std": facts.batchnorm_output_std,
+            "batchnorm_off_factor": facts.batchnorm_off_factor,
             "threshold": cfg.batchnorm_std_high,
             "reading": "BatchNorm layers do not normalise: the model may be in eval() mode "
-                       "while it trains"})
+                       "while it trains",
+            "hint": batchnorm_hint(facts.batchnorm_off_factor)})
 
 
 def _lr_after_start(s: _Shared) -> float:

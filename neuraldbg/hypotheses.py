@@ -275,7 +275,9 @@ def generate_hypotheses(symptoms: list[Symptom], comp: Compression, facts: RunFa
             conf = p_sym * (1.0 - w.alternative_drop * (1.0 - share))
             if resolution != "evidence" and cause != "unknown":
                 conf = min(conf, cfg.unsure_cap)
-            meta = {**base_meta, "cause_evidence": cause_ev, "confidence_terms": {
+            hint = cause_ev.get("hint") if cause == "unknown" else None
+            meta = {**base_meta, **({"hint": hint} if hint else {}),
+                    "cause_evidence": cause_ev, "confidence_terms": {
                 "strength": sym.strength, "consistency": sym.consistency,
                 "impact": sym.impact, "discount": sym.discount,
                 "cause_support_relative": share}}

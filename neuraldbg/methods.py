@@ -48,10 +48,12 @@ from neuraldbg.registry_base import Registry
 from neuraldbg.run_facts import RunFacts, gather_facts
 from neuraldbg.states import StateTable, classify_states
 from neuraldbg.sufficiency import (
+    batchnorm_not_normalising,
     claim_unknown,
     frozen_weights,
     hedge,
     hedge_failure,
+    name_cause_unknown,
     plateau_unclaimable,
     thin_evidence,
     usable_trace,
@@ -419,7 +421,9 @@ def explain(trace: Trace | str | os.PathLike[str], method: str | DiagnosisMethod
         above, and its hypotheses say why (``metadata["thin_evidence"]``). A model whose
         weights never moved gives a ``training_plateau`` with ``root_cause="unknown"`` on top
         and ``metadata["hint"]`` saying what to check (no gradient reached the optimizer
-        step, or the optimizer holds other parameters), every named cause below 0.5.
+        step, or the optimizer holds other parameters), every named cause below 0.5; a
+        failure claimed on a model whose BatchNorm layers do not normalise (trained in
+        ``eval()`` mode) is named with ``root_cause="unknown"`` and that hint.
 
     Raises
     ------
@@ -434,6 +438,9 @@ def explain(trace: Trace | str | os.PathLike[str], method: str | DiagnosisMethod
     frozen = frozen_weights(usable)
     if frozen:
         return claim_unknown(hypotheses, frozen, usable)
+    bn_off = batchnorm_not_normalising(usable)
+    if bn_off:
+        hypotheses = name_cause_unknown(hypotheses, bn_off)
     if any(h.failure_type == "training_plateau" and h.confidence >= 0.5 for h in hypotheses):
         why = plateau_unclaimable(usable)
         if why:

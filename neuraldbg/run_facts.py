@@ -37,7 +37,7 @@ import numpy as np
 
 from neuraldbg.events import LossDynamics
 from neuraldbg.states import StateTable
-from neuraldbg.sufficiency import frozen_weights
+from neuraldbg.sufficiency import batchnorm_off_factor, frozen_weights
 from neuraldbg.thresholds import require_positive_fields
 from neuraldbg.trace import Trace
 
@@ -172,10 +172,13 @@ class RunFacts:
     output_floor_step : int or None
         First step whose loss came within ``output_floor_gap`` (the threshold) of that
         floor.
-    batchnorm_output_std : float
-        Median std of the BatchNorm outputs at the first recorded step: ~1 when they
-        normalise (train mode), the raw input scale when they run on their initial running
-        statistics (``eval()``). NaN without BatchNorm.
+    batchnorm_off_factor : float
+        How far the BatchNorm outputs' std is from 1 at the first recorded step, as a factor
+        (>= 1): ``exp(median over BatchNorm layers of |ln std|)``. ~1 when they normalise
+        (train mode, whatever their input), the scale of each layer's input when they run on
+        their initial running statistics (``eval()``): layers off in both directions count,
+        where a median of the stds let 4x and 0.15x average out to 0.8. NaN without
+        BatchNorm.
     """
 
     update_ratio: float
@@ -203,7 +206,7 @@ class RunFacts:
     symmetric_modules: tuple[str, ...] = ()
     blocked_modules: tuple[str, ...] = ()
     grad_accumulation: float = math.nan
-    batchnorm_output_std: float = math.nan
+    batchnorm_off_factor: float = math.nan
     output_floor_gap: float = math.nan
     output_floor_step: int | None = None
     weights_unmoved: str | None = None
@@ -280,7 +283,7 @@ def gather_facts(trace: Trace, states: StateTable, dyn: LossDynamics,
         **_symmetry(trace, states.config.row_diversity_low),
         blocked_modules=_blocked(trace, states),
         grad_accumulation=_grad_accumulation(states, weight, win),
-        batchnorm_output_std=_batchnorm_std(states, rows),
+        batchnorm_off_factor=batchnorm_off_factor(trace),
         **_output_floor(trace, states, win),
         weights_unmoved=frozen_weights(trace, win.edge_min_steps),
         **scales._asdict())
@@ -463,16 +466,6 @@ def _grad_accumulation(states: StateTable, weight: np.ndarray, win: FactWindows)
         growth = np.nanmedian(ratio[-k:], axis=0) / np.nanmedian(ratio[:k], axis=0)
     growth = growth[np.isfinite(growth)]
     return float(np.median(growth)) if growth.size else math.nan
-
-
-def _batchnorm_std(states: StateTable, rows: np.ndarray) -> float:
-    """Median std of the BatchNorm outputs at the first recorded step (NaN without)."""
-    cols = [j for j, t in enumerate(states.module_types) if "BatchNorm" in t]
-    if not cols or not len(rows):
-        return math.nan
-    std = states.measures["act_std"][int(rows[0]), cols]
-    std = std[np.isfinite(std) & (std > 0)]
-    return float(np.median(std)) if std.size else math.nan
 
 
 def _grad_growth(trace: Trace, n_steps: int, win: FactWindows) -> tuple[float, float, float]:

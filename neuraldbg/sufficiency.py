@@ -21,7 +21,10 @@ it: the gradient never reached the optimizer step (``loss.backward()`` forgotten
 ``zero_grad()`` between it and the step), or the optimizer holds parameters other than the
 model's. Every method's verdict on such a run becomes the stall with cause ``unknown`` and a
 hint of what to check (:func:`claim_unknown`): a learning-rate story there sends the user
-after a knob that cannot help.
+after a knob that cannot help. Likewise BatchNorm layers that do not normalise at the first
+step (:func:`batchnorm_not_normalising`: the model trains in ``eval()`` mode) explain a
+failure no cause in the vocabulary names: the failure a method claims keeps its type, with
+cause ``unknown`` and the hint (:func:`name_cause_unknown`).
 """
 
 from __future__ import annotations
@@ -39,7 +42,8 @@ __all__ = ["MIN_STEPS", "HEDGED_CONFIDENCE", "TAIL_SHARE", "TREND_MIN_POINTS", "
            "usable_trace", "thin_evidence", "still_improving", "adversarial_loss",
            "plateau_unclaimable", "hedge", "hedge_failure", "FROZEN_CONFIDENCE",
            "NO_GRADIENT_HINT", "NO_STEP_HINT", "OTHER_PARAMETERS_HINT", "frozen_weights",
-           "claim_unknown"]
+           "claim_unknown", "batchnorm_off_factor", "batchnorm_not_normalising",
+           "batchnorm_hint", "name_cause_unknown"]
 
 #: Fewest finished steps for a confident verdict. The State Classifier compares each layer
 #: with its own early baseline (its first recorded steps) and the loss dynamics fit a trend:
@@ -215,6 +219,61 @@ def claim_unknown(hypotheses: list[Hypothesis], reason: str, trace: Trace
     claim = dataclasses.replace(stall, root_cause="unknown", confidence=confidence,
                                 metadata={**stall.metadata, "hint": reason})
     return [claim] + hedge([h for h in ranked if h is not stall], reason)
+
+
+def batchnorm_off_factor(trace: Trace) -> float:
+    """How far the BatchNorm outputs' std is from 1 at the first recorded step (>= 1).
+
+    ``exp(median over BatchNorm layers of |ln std|)``: ~1 when they normalise (train mode
+    gives std 1 per channel at init, whatever the input), the scale of each layer's input
+    when they run on their initial running statistics (``eval()``). Layers off in both
+    directions count. NaN without BatchNorm or statistics.
+    """
+    mods, stats_ = trace.modules, trace.stats
+    if not len(mods) or not len(stats_) or "act_std" not in stats_:
+        return float("nan")
+    bn = set(mods.loc[mods["module_type"].astype(str).str.contains("BatchNorm"),
+                      "module_name"])
+    rows = stats_.loc[stats_["module_name"].isin(bn)]
+    if not len(rows):
+        return float("nan")
+    std = rows.loc[rows["step"] == rows["step"].min(), "act_std"].to_numpy(dtype=float)
+    std = std[np.isfinite(std) & (std > 0)]
+    return float(np.exp(np.median(np.abs(np.log(std))))) if std.size else float("nan")
+
+
+def batchnorm_not_normalising(trace: Trace, config: ThresholdConfig | None = None
+                              ) -> str | None:
+    """What to check when the BatchNorm layers did not normalise, or ``None`` when they did.
+
+    They did not when :func:`batchnorm_off_factor` reaches ``batchnorm_std_high``.
+    """
+    cfg = config or ThresholdConfig()
+    factor = batchnorm_off_factor(trace)
+    return batchnorm_hint(factor) if factor >= cfg.batchnorm_std_high else None
+
+
+def batchnorm_hint(factor: float) -> str:
+    """What to check when the BatchNorm outputs are ``factor`` times off unit std."""
+    return (f"the BatchNorm outputs are {factor:.3g}x off unit std at the first step, as when "
+            "the model trains in eval() mode: is model.train() called before the training "
+            "loop (after any validation)?")
+
+
+def name_cause_unknown(hypotheses: list[Hypothesis], reason: str) -> list[Hypothesis]:
+    """The failure a method claims, with cause ``unknown`` and ``metadata["hint"] = reason``.
+
+    When the top hypothesis claims a failure (confidence >= 0.5) it keeps its failure type,
+    layer, step and confidence, its cause becomes ``unknown``, and every other hypothesis is
+    hedged below 0.5 (:func:`hedge`). A run no method claims is returned as it is.
+    """
+    ranked = sorted(hypotheses, key=lambda h: -h.confidence)
+    if not ranked or ranked[0].confidence < 0.5:
+        return ranked
+    top = ranked[0]
+    claim = dataclasses.replace(top, root_cause="unknown",
+                                metadata={**top.metadata, "hint": reason})
+    return [claim] + hedge(ranked[1:], reason)
 
 
 def hedge_failure(hypotheses: list[Hypothesis], failure_type: str,

@@ -208,10 +208,11 @@ class ThresholdConfig:
         (gradients never reset). Without accumulation the ratio follows the layer's input
         scale, which moves a few-fold in training (measured 1-3x on the zoo's healthy runs);
         a running sum over 100 steps grows it ~100x.
-    batchnorm_std_high : float, default=5.0
-        BatchNorm outputs with a std this many times away from 1 at the first step do not
-        normalise (train-mode BatchNorm gives ~1 per channel at init): the layers run on their
-        initial running statistics, a model left in ``eval()``.
+    batchnorm_std_high : float, default=1.5
+        BatchNorm outputs whose std is typically this many times away from 1 at the first step
+        (:attr:`~neuraldbg.run_facts.RunFacts.batchnorm_off_factor`) do not normalise:
+        train-mode BatchNorm gives 1 per channel at init (1.00-1.02 measured on the zoo), so
+        the layers run on their initial running statistics, a model left in ``eval()``.
     data_update_ratio : float, default=1e-3
         A stalled run whose weights still move by this share of their norm per step (the
         healthy ~1e-3, Karpathy's rule of thumb) stalls for want of signal in the data, not
@@ -285,7 +286,7 @@ class ThresholdConfig:
     row_diversity_low: float = 1e-3
     grad_accumulation_monotone: float = 0.6
     grad_accumulation_growth: float = 10.0
-    batchnorm_std_high: float = 5.0
+    batchnorm_std_high: float = 1.5
     data_update_ratio: float = 1e-3
     cause_tie_margin: float = 0.05
     unsure_cap: float = 0.45

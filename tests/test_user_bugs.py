@@ -488,3 +488,36 @@ def test_a_loop_whose_gradients_never_reach_the_step_names_no_cause(bug: str) ->
         assert not any(h.root_cause != "unknown" and h.confidence >= 0.5 for h in hyps), (
             method, hyps[:3])
         assert top.metadata["hint"] in verdict(hyps).sentence, method
+
+
+def _train_bn_mlp(train_mode: bool, seed: int) -> ndb.Trace:
+    """A 5-block BatchNorm MLP on the raw digit pixels (0-16), SGD at 0.5: it trains in
+    train() mode; ``model.eval()`` called once before the loop freezes every BatchNorm on
+    its initial running statistics, so nothing normalises and the run blows up."""
+    torch.manual_seed(seed)
+    layers: list[nn.Module] = [nn.Linear(64, 128), nn.BatchNorm1d(128), nn.ReLU()]
+    for _ in range(4):
+        layers += [nn.Linear(128, 128), nn.BatchNorm1d(128), nn.ReLU()]
+    model = nn.Sequential(*layers, nn.Linear(128, 10))
+    model.train(train_mode)
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    return _train(model, opt, F.cross_entropy, Y, inputs=X * 16.0, steps=200)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_model_trained_in_eval_mode_is_not_blamed_on_its_inputs(seed: int) -> None:
+    """Both methods said the inputs were not normalised (the heuristic at 1.00); scaling
+    them does not rescue the run, ``model.train()`` does. BatchNorm layers whose outputs are
+    off unit std at the first step do not normalise: no cause in the vocabulary, so the
+    failure is named with cause 'unknown' and the hint says what to check."""
+    trace = _train_bn_mlp(False, seed)
+    for method in ("heuristic", "probabilistic"):
+        hyps = ndb.explain(trace, method=method)
+        assert hyps and hyps[0].confidence >= 0.5, (method, hyps[:2])
+        assert hyps[0].root_cause == "unknown", (method, hyps[:2])
+        assert "model.train()" in hyps[0].metadata["hint"], (method, hyps[0].metadata)
+        assert not any(h.root_cause != "unknown" and h.confidence >= 0.5 for h in hyps), (
+            method, hyps[:3])
+    twin = _train_bn_mlp(True, seed)
+    for method in ("heuristic", "probabilistic"):
+        assert not any(h.confidence >= 0.5 for h in ndb.explain(twin, method=method)), method

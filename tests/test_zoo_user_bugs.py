@@ -64,7 +64,9 @@ def test_model_left_in_eval_is_an_honest_unknown_not_the_inputs() -> None:
     trace = zoo_run("left_in_eval_cnn_bn", SEED)
     top = _top(trace)
     assert top.root_cause == "unknown"
-    assert top.metadata["cause_evidence"]["batchnorm_output_std"] > 5.0
+    ev = top.metadata["cause_evidence"]
+    assert ev["batchnorm_off_factor"] > ev["threshold"]
+    assert "model.train()" in top.metadata["hint"]
     assert top.metadata["cause_resolution"] == "unknown"
 
 
