@@ -51,6 +51,7 @@ from neuraldbg.sufficiency import (
     batchnorm_not_normalising,
     claim_unknown,
     frozen_weights,
+    gradient_norm_pinned,
     hedge,
     hedge_failure,
     name_cause_unknown,
@@ -423,7 +424,8 @@ def explain(trace: Trace | str | os.PathLike[str], method: str | DiagnosisMethod
         and ``metadata["hint"]`` saying what to check (no gradient reached the optimizer
         step, or the optimizer holds other parameters), every named cause below 0.5; a
         failure claimed on a model whose BatchNorm layers do not normalise (trained in
-        ``eval()`` mode) is named with ``root_cause="unknown"`` and that hint.
+        ``eval()`` mode) is named with ``root_cause="unknown"`` and that hint, and so is a
+        stall under a gradient norm a clip pinned at every step.
 
     Raises
     ------
@@ -441,6 +443,10 @@ def explain(trace: Trace | str | os.PathLike[str], method: str | DiagnosisMethod
     bn_off = batchnorm_not_normalising(usable)
     if bn_off:
         hypotheses = name_cause_unknown(hypotheses, bn_off)
+    pinned = gradient_norm_pinned(usable)
+    if pinned and hypotheses and max(hypotheses, key=lambda h: h.confidence).failure_type in (
+            "training_plateau", "vanishing_gradients"):
+        hypotheses = name_cause_unknown(hypotheses, pinned)
     if any(h.failure_type == "training_plateau" and h.confidence >= 0.5 for h in hypotheses):
         why = plateau_unclaimable(usable)
         if why:

@@ -24,7 +24,10 @@ hint of what to check (:func:`claim_unknown`): a learning-rate story there sends
 after a knob that cannot help. Likewise BatchNorm layers that do not normalise at the first
 step (:func:`batchnorm_not_normalising`: the model trains in ``eval()`` mode) explain a
 failure no cause in the vocabulary names: the failure a method claims keeps its type, with
-cause ``unknown`` and the hint (:func:`name_cause_unknown`).
+cause ``unknown`` and the hint (:func:`name_cause_unknown`). So does a stall under a
+gradient norm pinned at one value (:func:`gradient_norm_pinned`: a ``clip_grad_norm_`` that
+caps every step, so every update is that small whatever the rate): the clip, not the rate,
+is what to change.
 """
 
 from __future__ import annotations
@@ -43,7 +46,8 @@ __all__ = ["MIN_STEPS", "HEDGED_CONFIDENCE", "TAIL_SHARE", "TREND_MIN_POINTS", "
            "plateau_unclaimable", "hedge", "hedge_failure", "FROZEN_CONFIDENCE",
            "NO_GRADIENT_HINT", "NO_STEP_HINT", "OTHER_PARAMETERS_HINT", "frozen_weights",
            "claim_unknown", "batchnorm_off_factor", "batchnorm_not_normalising",
-           "batchnorm_hint", "name_cause_unknown"]
+           "batchnorm_hint", "name_cause_unknown",
+           "PINNED_SHARE", "PINNED_TOLERANCE", "gradient_norm_pinned"]
 
 #: Fewest finished steps for a confident verdict. The State Classifier compares each layer
 #: with its own early baseline (its first recorded steps) and the loss dynamics fit a trend:
@@ -62,6 +66,11 @@ TREND_ALPHA = 0.05
 #: :data:`MIN_STEPS` steps. Not 1: the parameter norm is a float32 sum, and updates below its
 #: last bit would not show in it.
 FROZEN_CONFIDENCE = 0.9
+#: Share of the steps whose global gradient norm lies within :data:`PINNED_TOLERANCE`
+#: (relative) of its median for the norm to count as pinned by a clip. Unclipped norms move
+#: by percents from one minibatch to the next; a norm clipped to ``c`` is ``c (1 - 1e-6)``.
+PINNED_SHARE = 0.9
+PINNED_TOLERANCE = 1e-3
 #: What :func:`frozen_weights` tells the user when no gradient reached any optimizer step.
 NO_GRADIENT_HINT = ("the weights never moved and no gradient was there when the optimizer "
                     "stepped, at any step: is loss.backward() called, and before "
@@ -219,6 +228,30 @@ def claim_unknown(hypotheses: list[Hypothesis], reason: str, trace: Trace
     claim = dataclasses.replace(stall, root_cause="unknown", confidence=confidence,
                                 metadata={**stall.metadata, "hint": reason})
     return [claim] + hedge([h for h in ranked if h is not stall], reason)
+
+
+def gradient_norm_pinned(trace: Trace) -> str | None:
+    """What to check when a clip capped the gradient norm at nearly every step, or ``None``.
+
+    Pinned: over :data:`MIN_STEPS` or more measured steps, :data:`PINNED_SHARE` of the
+    finite, positive global gradient norms lie within :data:`PINNED_TOLERANCE` of their
+    median (``torch.nn.utils.clip_grad_norm_`` rescales every gradient above ``max_norm`` to
+    it).
+    """
+    if "grad_norm" not in trace.steps:
+        return None
+    g = trace.steps["grad_norm"].to_numpy(dtype=float)
+    g = g[np.isfinite(g) & (g > 0)]
+    if len(g) < MIN_STEPS:
+        return None
+    c = float(np.median(g))
+    share = float(np.mean(np.abs(g - c) <= PINNED_TOLERANCE * c))
+    if share < PINNED_SHARE:
+        return None
+    return (f"the gradient norm is {c:.3g} at {share:.0%} of the steps, as a gradient clip "
+            f"(clip_grad_norm_ with max_norm={c:.3g}) that caps every step makes it: each "
+            "update is capped at the learning rate times that norm, so the clip, not the "
+            "rate, keeps them small; is max_norm far too tight?")
 
 
 def batchnorm_off_factor(trace: Trace) -> float:

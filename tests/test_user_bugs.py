@@ -521,3 +521,37 @@ def test_a_model_trained_in_eval_mode_is_not_blamed_on_its_inputs(seed: int) -> 
     twin = _train_bn_mlp(True, seed)
     for method in ("heuristic", "probabilistic"):
         assert not any(h.confidence >= 0.5 for h in ndb.explain(twin, method=method)), method
+
+
+def _train_clipped(max_norm: float) -> ndb.Trace:
+    model = _mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    g = torch.Generator().manual_seed(0)
+    with ndb.NeuralDbg(model, optimizer=opt) as dbg:
+        for _ in range(200):
+            idx = torch.randint(0, len(X), (64,), generator=g)
+            opt.zero_grad()
+            loss = F.cross_entropy(model(X[idx]), Y[idx])
+            loss.backward()
+            nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+            opt.step()
+            dbg.step(loss)
+    return dbg.trace
+
+
+def test_a_clip_that_caps_every_step_is_named_not_a_low_rate() -> None:
+    """``clip_grad_norm_(max_norm=1e-4)`` at lr 0.1: every update is 1e-5 in size and the
+    loss stalls. Both methods said learning_rate_too_low (the heuristic at 1.00) to a user
+    whose rate is fine; the recorded gradient norm, 1e-4 at every step, shows the clip."""
+    trace = _train_clipped(1e-4)
+    for method in ("heuristic", "probabilistic"):
+        hyps = ndb.explain(trace, method=method)
+        assert hyps[0].failure_type == "training_plateau" and hyps[0].confidence >= 0.5, (
+            method, hyps[:2])
+        assert hyps[0].root_cause == "unknown" and "max_norm" in hyps[0].metadata["hint"], (
+            method, hyps[:2])
+        assert not any(h.root_cause != "unknown" and h.confidence >= 0.5 for h in hyps), (
+            method, hyps[:3])
+    twin = _train_clipped(1.0)
+    for method in ("heuristic", "probabilistic"):
+        assert not any(h.confidence >= 0.5 for h in ndb.explain(twin, method=method)), method
