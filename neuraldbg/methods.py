@@ -425,7 +425,7 @@ def explain(trace: Trace | str | os.PathLike[str], method: str | DiagnosisMethod
         step, or the optimizer holds other parameters), every named cause below 0.5; a
         failure claimed on a model whose BatchNorm layers do not normalise (trained in
         ``eval()`` mode) is named with ``root_cause="unknown"`` and that hint, and so is a
-        stall under a gradient norm a clip pinned at every step.
+        too-low rate claimed under a gradient norm a clip pinned at every step.
 
     Raises
     ------
@@ -444,8 +444,8 @@ def explain(trace: Trace | str | os.PathLike[str], method: str | DiagnosisMethod
     if bn_off:
         hypotheses = name_cause_unknown(hypotheses, bn_off)
     pinned = gradient_norm_pinned(usable)
-    if pinned and hypotheses and max(hypotheses, key=lambda h: h.confidence).failure_type in (
-            "training_plateau", "vanishing_gradients"):
+    if pinned and hypotheses and max(hypotheses, key=lambda h: h.confidence).root_cause == (
+            "learning_rate_too_low"):  # the clip, not the rate, keeps the updates small
         hypotheses = name_cause_unknown(hypotheses, pinned)
     if any(h.failure_type == "training_plateau" and h.confidence >= 0.5 for h in hypotheses):
         why = plateau_unclaimable(usable)

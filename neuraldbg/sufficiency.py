@@ -24,10 +24,11 @@ hint of what to check (:func:`claim_unknown`): a learning-rate story there sends
 after a knob that cannot help. Likewise BatchNorm layers that do not normalise at the first
 step (:func:`batchnorm_not_normalising`: the model trains in ``eval()`` mode) explain a
 failure no cause in the vocabulary names: the failure a method claims keeps its type, with
-cause ``unknown`` and the hint (:func:`name_cause_unknown`). So does a stall under a
-gradient norm pinned at one value (:func:`gradient_norm_pinned`: a ``clip_grad_norm_`` that
-caps every step, so every update is that small whatever the rate): the clip, not the rate,
-is what to change.
+cause ``unknown`` and the hint (:func:`name_cause_unknown`). So does a learning rate too low
+claimed under a gradient norm pinned at one value (:func:`gradient_norm_pinned`: a
+``clip_grad_norm_`` that caps every step keeps every update at the rate times the clip): the
+clip, not the rate, is what to change. (A rate far too high under a clip that binds at every
+step is still the rate.)
 """
 
 from __future__ import annotations
