@@ -58,6 +58,7 @@ from neuraldbg.sufficiency import (
     plateau_unclaimable,
     thin_evidence,
     usable_trace,
+    weights_collapsed,
 )
 from neuraldbg.symptoms import Symptom, find_symptoms
 from neuraldbg.thresholds import ThresholdConfig
@@ -425,7 +426,8 @@ def explain(trace: Trace | str | os.PathLike[str], method: str | DiagnosisMethod
         step, or the optimizer holds other parameters), every named cause below 0.5; a
         failure claimed on a model whose BatchNorm layers do not normalise (trained in
         ``eval()`` mode) is named with ``root_cause="unknown"`` and that hint, and so is a
-        too-low rate claimed under a gradient norm a clip pinned at every step.
+        too-low rate claimed under a gradient norm a clip pinned at every step, and a
+        failure on weights that collapsed toward zero (a weight decay far too strong).
 
     Raises
     ------
@@ -440,6 +442,9 @@ def explain(trace: Trace | str | os.PathLike[str], method: str | DiagnosisMethod
     frozen = frozen_weights(usable)
     if frozen:
         return claim_unknown(hypotheses, frozen, usable)
+    collapsed = weights_collapsed(usable)
+    if collapsed:
+        hypotheses = name_cause_unknown(hypotheses, collapsed)
     bn_off = batchnorm_not_normalising(usable)
     if bn_off:
         hypotheses = name_cause_unknown(hypotheses, bn_off)

@@ -28,7 +28,9 @@ cause ``unknown`` and the hint (:func:`name_cause_unknown`). So does a learning 
 claimed under a gradient norm pinned at one value (:func:`gradient_norm_pinned`: a
 ``clip_grad_norm_`` that caps every step keeps every update at the rate times the clip): the
 clip, not the rate, is what to change. (A rate far too high under a clip that binds at every
-step is still the rate.)
+step is still the rate.) And weights that collapsed toward zero (:func:`weights_collapsed`:
+a weight decay or an L2 penalty far stronger than the data's gradient) leave update ratios
+that look like a rate too high: the failure is claimed with cause ``unknown`` and the hint.
 """
 
 from __future__ import annotations
@@ -48,7 +50,8 @@ __all__ = ["MIN_STEPS", "HEDGED_CONFIDENCE", "TAIL_SHARE", "TREND_MIN_POINTS", "
            "NO_GRADIENT_HINT", "NO_STEP_HINT", "OTHER_PARAMETERS_HINT", "frozen_weights",
            "claim_unknown", "batchnorm_off_factor", "batchnorm_not_normalising",
            "batchnorm_hint", "name_cause_unknown",
-           "PINNED_SHARE", "PINNED_TOLERANCE", "gradient_norm_pinned"]
+           "PINNED_SHARE", "PINNED_TOLERANCE", "gradient_norm_pinned", "COLLAPSE_FACTOR",
+           "weights_collapsed"]
 
 #: Fewest finished steps for a confident verdict. The State Classifier compares each layer
 #: with its own early baseline (its first recorded steps) and the loss dynamics fit a trend:
@@ -72,6 +75,9 @@ FROZEN_CONFIDENCE = 0.9
 #: by percents from one minibatch to the next; a norm clipped to ``c`` is ``c (1 - 1e-6)``.
 PINNED_SHARE = 0.9
 PINNED_TOLERANCE = 1e-3
+#: The global parameter norm at the end of a run this small a share of its start or less:
+#: the weights collapsed (0.93 is the least any zoo run ends at, failing or healthy).
+COLLAPSE_FACTOR = 0.1
 #: What :func:`frozen_weights` tells the user when no gradient reached any optimizer step.
 NO_GRADIENT_HINT = ("the weights never moved and no gradient was there when the optimizer "
                     "stepped, at any step: is loss.backward() called, and before "
@@ -253,6 +259,28 @@ def gradient_norm_pinned(trace: Trace) -> str | None:
             f"(clip_grad_norm_ with max_norm={c:.3g}) that caps every step makes it: each "
             "update is capped at the learning rate times that norm, so the clip, not the "
             "rate, keeps them small; is max_norm far too tight?")
+
+
+def weights_collapsed(trace: Trace) -> str | None:
+    """What to check when the weights shrank toward zero, or ``None`` when they did not.
+
+    Collapsed: over :data:`MIN_STEPS` or more measured steps, the global parameter norm at
+    the end (median of the last :data:`MIN_STEPS`) is :data:`COLLAPSE_FACTOR` of the first
+    one or less.
+    """
+    if "param_norm" not in trace.steps:
+        return None
+    pn = trace.steps["param_norm"].to_numpy(dtype=float)
+    pn = pn[np.isfinite(pn)]
+    if len(pn) < MIN_STEPS or not pn[0] > 0:
+        return None
+    end = float(np.median(pn[-MIN_STEPS:]))
+    if end > COLLAPSE_FACTOR * pn[0]:
+        return None
+    shrink = pn[0] / max(end, 1e-30)
+    return (f"the weights shrank from norm {pn[0]:.3g} to {end:.3g} ({shrink:.3g}x) "
+            "while training, as a weight decay or an L2 penalty far stronger than the data's "
+            "gradient makes them: is weight_decay (or the penalty's coefficient) too large?")
 
 
 def batchnorm_off_factor(trace: Trace) -> float:

@@ -555,3 +555,24 @@ def test_a_clip_that_caps_every_step_is_named_not_a_low_rate() -> None:
     twin = _train_clipped(1.0)
     for method in ("heuristic", "probabilistic"):
         assert not any(h.confidence >= 0.5 for h in ndb.explain(twin, method=method)), method
+
+
+@pytest.mark.parametrize("weight_decay, bug", [(1.0, True), (1e-3, False)])
+def test_a_weight_decay_that_collapses_the_weights_is_not_a_high_rate(weight_decay: float,
+                                                                      bug: bool) -> None:
+    """SGD at lr 0.1 with ``weight_decay=1.0``: the weights shrink 300x and the loss stays at
+    chance. The update ratio (update / weight norm) then looks like a rate far too high, and
+    both methods said learning_rate_too_high (0.59, 0.83), though lowering the rate does not
+    help. The twin at weight_decay 1e-3 trains."""
+    model = _mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, weight_decay=weight_decay)
+    trace = _train(model, opt, F.cross_entropy, Y, steps=200)
+    for method in ("heuristic", "probabilistic"):
+        hyps = ndb.explain(trace, method=method)
+        if not bug:
+            assert not any(h.confidence >= 0.5 for h in hyps), (method, hyps[:2])
+            continue
+        assert hyps[0].confidence >= 0.5 and hyps[0].root_cause == "unknown", (method, hyps[:2])
+        assert "weight_decay" in hyps[0].metadata["hint"], (method, hyps[0].metadata)
+        assert not any(h.root_cause != "unknown" and h.confidence >= 0.5 for h in hyps), (
+            method, hyps[:3])
