@@ -48,17 +48,15 @@ from neuraldbg.registry_base import Registry
 from neuraldbg.run_facts import RunFacts, gather_facts
 from neuraldbg.states import StateTable, classify_states
 from neuraldbg.sufficiency import (
-    batchnorm_not_normalising,
+    cause_outside_vocabulary,
     claim_unknown,
     frozen_weights,
-    gradient_norm_pinned,
     hedge,
     hedge_failure,
     name_cause_unknown,
     plateau_unclaimable,
     thin_evidence,
     usable_trace,
-    weights_collapsed,
 )
 from neuraldbg.symptoms import Symptom, find_symptoms
 from neuraldbg.thresholds import ThresholdConfig
@@ -442,16 +440,9 @@ def explain(trace: Trace | str | os.PathLike[str], method: str | DiagnosisMethod
     frozen = frozen_weights(usable)
     if frozen:
         return claim_unknown(hypotheses, frozen, usable)
-    collapsed = weights_collapsed(usable)
-    if collapsed:
-        hypotheses = name_cause_unknown(hypotheses, collapsed)
-    bn_off = batchnorm_not_normalising(usable)
-    if bn_off:
-        hypotheses = name_cause_unknown(hypotheses, bn_off)
-    pinned = gradient_norm_pinned(usable)
-    if pinned and hypotheses and max(hypotheses, key=lambda h: h.confidence).root_cause == (
-            "learning_rate_too_low"):  # the clip, not the rate, keeps the updates small
-        hypotheses = name_cause_unknown(hypotheses, pinned)
+    hint = cause_outside_vocabulary(usable, hypotheses)
+    if hint:
+        hypotheses = name_cause_unknown(hypotheses, hint)
     if any(h.failure_type == "training_plateau" and h.confidence >= 0.5 for h in hypotheses):
         why = plateau_unclaimable(usable)
         if why:

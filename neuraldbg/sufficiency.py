@@ -51,7 +51,7 @@ __all__ = ["MIN_STEPS", "HEDGED_CONFIDENCE", "TAIL_SHARE", "TREND_MIN_POINTS", "
            "claim_unknown", "batchnorm_off_factor", "batchnorm_not_normalising",
            "batchnorm_hint", "name_cause_unknown",
            "PINNED_SHARE", "PINNED_TOLERANCE", "gradient_norm_pinned", "COLLAPSE_FACTOR",
-           "weights_collapsed"]
+           "weights_collapsed", "cause_outside_vocabulary"]
 
 #: Fewest finished steps for a confident verdict. The State Classifier compares each layer
 #: with its own early baseline (its first recorded steps) and the loss dynamics fit a trend:
@@ -336,6 +336,22 @@ def name_cause_unknown(hypotheses: list[Hypothesis], reason: str) -> list[Hypoth
     claim = dataclasses.replace(top, root_cause="unknown",
                                 metadata={**top.metadata, "hint": reason})
     return [claim] + hedge(ranked[1:], reason)
+
+
+def cause_outside_vocabulary(trace: Trace, hypotheses: list[Hypothesis]) -> str | None:
+    """What to check when the trace shows a bug no cause in the vocabulary names, or None.
+
+    Weights that collapsed (:func:`weights_collapsed`), BatchNorm layers that do not
+    normalise (:func:`batchnorm_not_normalising`), or, when the method's top hypothesis
+    blames a learning rate too low, a gradient norm a clip pinned at every step
+    (:func:`gradient_norm_pinned`). A model whose weights never moved is
+    :func:`frozen_weights`'s.
+    """
+    hint = weights_collapsed(trace) or batchnorm_not_normalising(trace)
+    top = max(hypotheses, key=lambda h: h.confidence, default=None)
+    if not hint and top is not None and top.root_cause == "learning_rate_too_low":
+        hint = gradient_norm_pinned(trace)  # the clip, not the rate, keeps updates small
+    return hint
 
 
 def hedge_failure(hypotheses: list[Hypothesis], failure_type: str,
