@@ -27,7 +27,10 @@ def _mlp(out: int = 10) -> nn.Module:
 
 
 def _train(model: nn.Module, opt: torch.optim.Optimizer, loss_fn, targets: torch.Tensor, *,
-           zero_grad: bool = True, steps: int = 150, inputs: torch.Tensor = X) -> ndb.Trace:
+           zero_grad: bool = True, steps: int = 150, inputs: torch.Tensor = X,
+           backward: bool = True, zero_grad_after_backward: bool = False,
+           clip: float | None = None, step: bool = True) -> ndb.Trace:
+    """The usual loop; each keyword turns one line of it into a bug users write."""
     g = torch.Generator().manual_seed(0)
     with ndb.NeuralDbg(model, optimizer=opt) as dbg:
         for _ in range(steps):
@@ -35,8 +38,14 @@ def _train(model: nn.Module, opt: torch.optim.Optimizer, loss_fn, targets: torch
             if zero_grad:
                 opt.zero_grad()
             loss = loss_fn(model(inputs[idx]), targets[idx])
-            loss.backward()
-            opt.step()
+            if backward:
+                loss.backward()
+            if zero_grad_after_backward:
+                opt.zero_grad()  # meant to be the first line of the loop
+            if clip is not None:
+                nn.utils.clip_grad_norm_(model.parameters(), clip)
+            if step:
+                opt.step()
             dbg.step(loss)
     return dbg.trace
 
@@ -436,17 +445,10 @@ def test_a_loop_that_never_calls_opt_step_is_a_stall_not_an_explosion() -> None:
     (exploding_gradients at 0.92). The loss sits at chance: a stall, cause unknown."""
     model = _mlp()
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-    g = torch.Generator().manual_seed(0)
-    with ndb.NeuralDbg(model, optimizer=opt) as dbg:
-        for _ in range(100):
-            idx = torch.randint(0, len(X), (64,), generator=g)
-            opt.zero_grad()
-            loss = F.cross_entropy(model(X[idx]), Y[idx])
-            loss.backward()
-            dbg.step(loss)  # opt.step() forgotten
-    assert dbg.trace.steps["grad_norm"].isna().all()
+    trace = _train(model, opt, F.cross_entropy, Y, steps=100, step=False)
+    assert trace.steps["grad_norm"].isna().all()
     for method in ("heuristic", "probabilistic"):
-        hyps = ndb.explain(dbg.trace, method=method)
+        hyps = ndb.explain(trace, method=method)
         assert hyps and hyps[0].failure_type == "training_plateau", (method, hyps[:2])
         assert not any(h.root_cause != "unknown" and h.confidence >= 0.5 for h in hyps), (
             method, hyps[:3])
@@ -457,18 +459,9 @@ def _train_gradientless(bug: str) -> ndb.Trace:
     """Adam on the digits MLP, with the gradient lost before every optimizer step."""
     model = _mlp()
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-    g = torch.Generator().manual_seed(0)
-    with ndb.NeuralDbg(model, optimizer=opt) as dbg:
-        for _ in range(100):
-            idx = torch.randint(0, len(X), (64,), generator=g)
-            opt.zero_grad()
-            loss = F.cross_entropy(model(X[idx]), Y[idx])
-            if bug == "zero_grad_after_backward":
-                loss.backward()
-                opt.zero_grad()  # meant to be the first line of the loop
-            opt.step()  # bug == "no_backward": loss.backward() forgotten
-            dbg.step(loss)
-    return dbg.trace
+    return _train(model, opt, F.cross_entropy, Y, steps=100,
+                  backward=bug != "no_backward",
+                  zero_grad_after_backward=bug == "zero_grad_after_backward")
 
 
 @pytest.mark.parametrize("bug", ["no_backward", "zero_grad_after_backward"])
@@ -525,18 +518,8 @@ def test_a_model_trained_in_eval_mode_is_not_blamed_on_its_inputs(seed: int) -> 
 
 def _train_clipped(max_norm: float) -> ndb.Trace:
     model = _mlp()
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    g = torch.Generator().manual_seed(0)
-    with ndb.NeuralDbg(model, optimizer=opt) as dbg:
-        for _ in range(200):
-            idx = torch.randint(0, len(X), (64,), generator=g)
-            opt.zero_grad()
-            loss = F.cross_entropy(model(X[idx]), Y[idx])
-            loss.backward()
-            nn.utils.clip_grad_norm_(model.parameters(), max_norm)
-            opt.step()
-            dbg.step(loss)
-    return dbg.trace
+    return _train(model, torch.optim.SGD(model.parameters(), lr=0.1), F.cross_entropy, Y,
+                  steps=200, clip=max_norm)
 
 
 def test_a_clip_that_caps_every_step_is_named_not_a_low_rate() -> None:
