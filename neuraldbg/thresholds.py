@@ -224,8 +224,8 @@ class ThresholdConfig:
         the symptom is carried by ``unknown``, with the tie in the metadata.
     unsure_cap : float, default=0.45
         Confidence cap of a specific cause the evidence does not single out (a tie, or
-        ``unknown`` better supported): below the contract's 0.5, where a claim is one a
-        user acts on.
+        ``unknown`` better supported) and of a specific cause listed after the one that
+        carries its symptom: below the contract's 0.5, where a claim is one a user acts on.
     default_gain : float, default=0.577
         Gain assumed for the first layer when no other layer measures one (PyTorch default
         init: weights U(+-1/sqrt(fan_in)) give rms(out)/rms(in) = 1/sqrt(3)).

@@ -559,3 +559,21 @@ def test_a_weight_decay_that_collapses_the_weights_is_not_a_high_rate(weight_dec
         assert "weight_decay" in hyps[0].metadata["hint"], (method, hyps[0].metadata)
         assert not any(h.root_cause != "unknown" and h.confidence >= 0.5 for h in hyps), (
             method, hyps[:3])
+
+
+def test_one_failure_claims_one_cause() -> None:
+    """Labels unrelated to the inputs: the heuristic named data_problem (0.95) and listed
+    learning_rate_too_high at 0.72 under it, a second claim a user would act on. A cause
+    listed after the one carrying the failure stays below 0.5."""
+    g = torch.Generator().manual_seed(3)
+    shuffled = Y[torch.randperm(len(Y), generator=g)]
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 10))
+    trace = _train(model, torch.optim.SGD(model.parameters(), lr=0.1), F.cross_entropy,
+                   shuffled, steps=300)
+    hyps = ndb.explain(trace)
+    assert hyps[0].confidence >= 0.5 and hyps[0].root_cause == "data_problem", hyps[:2]
+    for failure in {h.failure_type for h in hyps}:
+        claimed = [h.root_cause for h in hyps if h.failure_type == failure
+                   and h.confidence >= 0.5 and h.root_cause != "unknown"]
+        assert len(claimed) <= 1, (failure, hyps[:4])
