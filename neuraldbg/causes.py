@@ -61,8 +61,8 @@ from neuraldbg.cause_evidence import (
     init_support,
     logistic_support,
 )
+from neuraldbg.outside_vocabulary import batchnorm_hint
 from neuraldbg.run_facts import RunFacts
-from neuraldbg.sufficiency import batchnorm_hint
 from neuraldbg.thresholds import ThresholdConfig
 
 __all__ = ["CauseSupport", "score_causes"]

@@ -42,18 +42,20 @@ from neuraldbg.hypotheses import (
     resolve_overlaps,
 )
 from neuraldbg.knobs import validate_knobs
+from neuraldbg.outside_vocabulary import (
+    cause_outside_vocabulary,
+    claim_unknown,
+    frozen_weights,
+    name_cause_unknown,
+)
 from neuraldbg.ranks import combine_ranks
 from neuraldbg.records import FAILURE_TYPES, HEALTHY, Event, Hypothesis
 from neuraldbg.registry_base import Registry
 from neuraldbg.run_facts import RunFacts, gather_facts
 from neuraldbg.states import StateTable, classify_states
 from neuraldbg.sufficiency import (
-    cause_outside_vocabulary,
-    claim_unknown,
-    frozen_weights,
     hedge,
     hedge_failure,
-    name_cause_unknown,
     plateau_unclaimable,
     thin_evidence,
     usable_trace,

@@ -36,8 +36,8 @@ from typing import Any, NamedTuple, TypedDict
 import numpy as np
 
 from neuraldbg.events import LossDynamics
+from neuraldbg.outside_vocabulary import batchnorm_off_factor, frozen_weights
 from neuraldbg.states import StateTable
-from neuraldbg.sufficiency import batchnorm_off_factor, frozen_weights
 from neuraldbg.thresholds import require_positive_fields
 from neuraldbg.trace import Trace
 
@@ -162,7 +162,7 @@ class RunFacts:
     weights_unmoved : str or None
         What to check when the weights never changed (the global parameter norm is the same
         at every recorded step): no gradient reached the optimizer step, or the optimizer
-        holds other parameters (:func:`neuraldbg.sufficiency.frozen_weights`). ``None`` when
+        holds other parameters (:func:`neuraldbg.outside_vocabulary.frozen_weights`). ``None`` when
         they moved.
     output_floor_gap : float
         For a network that ends in a softmax over K classes: (loss at the end - the floor

@@ -11,15 +11,13 @@ import torch
 from torch import nn
 
 import neuraldbg as ndb
-from neuraldbg.sufficiency import (
-    HEDGED_CONFIDENCE,
-    MIN_STEPS,
+from neuraldbg.outside_vocabulary import (
     NO_GRADIENT_HINT,
     NO_STEP_HINT,
     OTHER_PARAMETERS_HINT,
     frozen_weights,
-    hedge,
 )
+from neuraldbg.sufficiency import HEDGED_CONFIDENCE, MIN_STEPS, hedge
 from tests.training import train
 
 METHODS = ["heuristic", "probabilistic"]
