@@ -35,6 +35,7 @@ __all__ = [
     "classify_states",
     "UNOBSERVED",
     "SATURATING_FAMILIES",
+    "DROPOUT_TYPES",
 ]
 
 #: Code of a (step, module) cell without a usable observation (module not called, no grad).
@@ -63,6 +64,9 @@ class ActivationHealth(str, Enum):
 GRADIENT_STATES: tuple[GradientHealth, ...] = tuple(GradientHealth)
 ACTIVATION_STATES: tuple[ActivationHealth, ...] = tuple(ActivationHealth)
 
+#: Module types whose zeros are random draws, not dead units (``nn.Dropout``, ``nn.Dropout2d``,
+#: ``nn.AlphaDropout``, ...).
+DROPOUT_TYPES = ("Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "AlphaDropout")
 #: Activation families with a flat region whose share of outputs is ``act_frac_saturated``.
 SATURATING_FAMILIES = ("sigmoid", "tanh", "softmax", "smooth")
 
@@ -164,7 +168,9 @@ def classify_states(trace: Trace, config: ThresholdConfig | None = None) -> Stat
     observed = np.nan_to_num(t["calls"], nan=0.0) > 0
     grad = _gradient_measures(t, observed, trainable, cfg)
     act = _activation_conditions(t, observed, grad.nonfinite,
-                                 np.asarray(families, dtype=object), cfg)
+                                 np.asarray(families, dtype=object), cfg,
+                                 np.asarray([ty.endswith(DROPOUT_TYPES) for ty in types],
+                                            dtype=bool))
     vanishing, exploding = _gradient_conditions(grad, observed, cfg)
     act_state = _activation_codes(observed, grad.nonfinite, act)
     grad_state = _gradient_codes(grad, observed, act.saturated, vanishing, exploding, cfg)
@@ -269,9 +275,13 @@ class _ActivationConditions:
 
 
 def _activation_conditions(t: dict[str, np.ndarray], observed: np.ndarray,
-                           nonfinite: np.ndarray, fam: np.ndarray, cfg: ThresholdConfig
-                           ) -> _ActivationConditions:
-    """Outputs grown huge, dead or saturated (per activation family), with hysteresis."""
+                           nonfinite: np.ndarray, fam: np.ndarray, cfg: ThresholdConfig,
+                           dropout: np.ndarray) -> _ActivationConditions:
+    """Outputs grown huge, dead or saturated (per activation family), with hysteresis.
+
+    A dropout module's zeros are drawn on purpose, so its outputs are never dead units
+    (``dropout`` marks those columns).
+    """
     std = t["act_std"]
     with np.errstate(all="ignore"):
         std_base = _early_baseline(std, observed & np.isfinite(std) & (std > 0), cfg.baseline_steps)
@@ -281,7 +291,7 @@ def _activation_conditions(t: dict[str, np.ndarray], observed: np.ndarray,
     act_ok = observed & ~nonfinite
     dead_frac = np.nan_to_num(t["act_frac_dead"])
     dead = _hysteresis(act_ok & (dead_frac >= cfg.dead_frac),
-                       ~act_ok | (dead_frac >= cfg.dead_frac_exit)) & act_ok
+                       ~act_ok | (dead_frac >= cfg.dead_frac_exit)) & act_ok & ~dropout[None, :]
     saturating = np.isin(fam, SATURATING_FAMILIES)
     # A softmax that ends the network becomes one-hot when training succeeds: not a fault.
     if len(fam) and fam[-1] == "softmax":

@@ -577,3 +577,21 @@ def test_one_failure_claims_one_cause() -> None:
         claimed = [h.root_cause for h in hyps if h.failure_type == failure
                    and h.confidence >= 0.5 and h.root_cause != "unknown"]
         assert len(claimed) <= 1, (failure, hyps[:4])
+
+
+def test_dropout_zeros_are_not_dead_units() -> None:
+    """``Dropout(0.95)`` after every hidden layer: the network cannot learn (the loss stays
+    near chance), but the zeros are the dropout's draws. The heuristic named dead_neurons at
+    the Dropout module (0.71); the failure is a stall, its cause unknown."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Dropout(0.95), nn.Linear(128, 128),
+                          nn.ReLU(), nn.Dropout(0.95), nn.Linear(128, 10))
+    trace = _train(model, torch.optim.SGD(model.parameters(), lr=0.1), F.cross_entropy, Y,
+                   steps=300)
+    dropouts = {"2", "5"}
+    for method in ("heuristic", "probabilistic"):
+        hyps = ndb.explain(trace, method=method)
+        assert hyps[0].confidence >= 0.5 and hyps[0].failure_type == "training_plateau", (
+            method, hyps[:2])
+        assert not any(h.failure_type == "dead_neurons" and h.origin_layer in dropouts
+                       for h in hyps), (method, hyps[:3])
