@@ -484,7 +484,10 @@ def what_if(trace: Trace | str | os.PathLike[str],
     The counterfactual of a method that answers them (the ``"probabilistic"`` causal model:
     abduction, action, prediction), found through the method registry. Steps that never
     finished are left out, as :func:`neuraldbg.methods.explain` leaves them out; on a trace
-    too thin for a verdict the answer's ``metadata["thin_evidence"]`` says why.
+    too thin for a verdict the answer's ``metadata["thin_evidence"]`` says why, and on a run
+    that shows a bug no knob or cause of the model names (weights that never moved or
+    collapsed, BatchNorm in ``eval()``) ``metadata["outside_vocabulary"]`` says which: the
+    knobs' effects were estimated without it.
 
     Parameters
     ----------
@@ -514,9 +517,10 @@ def what_if(trace: Trace | str | os.PathLike[str],
                          "(it has no what_if); use method='probabilistic'.")
     usable = usable_trace(_as_trace(trace))
     answer = engine.what_if(usable, **knobs)
-    reason = thin_evidence(usable)
-    if reason and dataclasses.is_dataclass(answer) and isinstance(
+    said = {"thin_evidence": thin_evidence(usable),
+            "outside_vocabulary": frozen_weights(usable) or cause_outside_vocabulary(usable, [])}
+    said = {k: v for k, v in said.items() if v}
+    if said and dataclasses.is_dataclass(answer) and isinstance(
             getattr(answer, "metadata", None), dict):
-        answer = dataclasses.replace(answer, metadata={**answer.metadata,
-                                                       "thin_evidence": reason})
+        answer = dataclasses.replace(answer, metadata={**answer.metadata, **said})
     return answer

@@ -161,3 +161,32 @@ def test_the_real_command_fails_in_one_line_and_pipes_into_head_quietly(runs):
 def test_graph_prints_mermaid(runs, capsys):
     assert main(["graph", str(runs / "failing")]) == 0
     assert capsys.readouterr().out.startswith("flowchart TD")
+
+
+def test_what_if_warns_when_the_run_shows_a_bug_no_knob_names(tmp_path, capsys):
+    """SGD with weight_decay=1.0 collapses the weights: the causal model has no knob for
+    that, so lowering the rate may not do what it predicts; the answer says so."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 3))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, weight_decay=1.0)
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(256, 8, generator=g)
+    y = (x[:, :3]).argmax(1)
+    with ndb.NeuralDbg(model, optimizer=opt, out=tmp_path / "decayed") as dbg:
+        for step in range(120):
+            i = (step * 32) % 256
+            opt.zero_grad()
+            loss = nn.functional.cross_entropy(model(x[i:i + 32]), y[i:i + 32])
+            loss.backward()
+            opt.step()
+            dbg.step(loss)
+    assert main(["what-if", "--lr-scale", "0.1", str(tmp_path / "decayed")]) == 0
+    text = capsys.readouterr().out
+    assert "Caution: the weights shrank" in text and "weight_decay" in text
+    assert main(["what-if", "--json", "--lr-scale", "0.1", str(tmp_path / "decayed")]) == 0
+    assert "weight_decay" in json.loads(capsys.readouterr().out)["caveat"]
+
+
+def test_what_if_says_no_caveat_on_a_run_without_such_a_bug(runs, capsys):
+    assert main(["what-if", "--json", "--lr-scale", "0.1", str(runs / "failing")]) == 0
+    assert json.loads(capsys.readouterr().out)["caveat"] == ""

@@ -17,7 +17,12 @@ import numpy as np
 from neuraldbg.methods import Diagnosis, explain, heuristic_diagnosis, what_if
 from neuraldbg.records import Hypothesis
 from neuraldbg.reporting.summary import RunSummary, summarize_run
-from neuraldbg.reporting.words import TraceEvidence, knobs_words, what_if_meaning
+from neuraldbg.reporting.words import (
+    TraceEvidence,
+    knobs_words,
+    what_if_caveat,
+    what_if_meaning,
+)
 from neuraldbg.trace import Trace
 
 __all__ = ["WhatIfRow", "ReportData", "standard_interventions", "collect"]
@@ -118,9 +123,11 @@ def _what_if_rows(trace: Trace, interventions: Sequence[Mapping[str, Any]]
             before, after = float(cf.p_failure_factual), float(cf.p_failure)
             outcome = str(cf.failure_type)
             dist = getattr(cf, "p_failure_types", None)
+            meaning = what_if_meaning(before, after, outcome,
+                                      dist if isinstance(dist, Mapping) else None)
+            caveat = what_if_caveat(getattr(cf, "metadata", None) or {})
             rows.append(WhatIfRow(knobs, knobs_words(knobs), before, after, outcome,
-                                  what_if_meaning(before, after, outcome,
-                                                  dist if isinstance(dist, Mapping) else None)))
+                                  f"{meaning} {caveat}" if caveat else meaning))
         except Exception as exc:  # noqa: BLE001 - another package's method: report, go on
             errors.append(_reason(exc))
             rows.append(WhatIfRow(knobs, knobs_words(knobs), None, None, "",

@@ -8,7 +8,8 @@ the loss) or from the public fields of a :class:`~neuraldbg.Hypothesis` or a cou
 (``p_failure_factual``, ``p_failure``, ``failure_type``), never from a method's private
 metadata, so the sentences stay right for any registered method. Two metadata keys are
 read, both set by :func:`neuraldbg.explain` whatever the method: ``"hint"`` (what to check when
-the cause is ``unknown``) and ``"thin_evidence"`` (why a suspicion was kept below 0.5).
+the cause is ``unknown``) and ``"thin_evidence"`` (why a suspicion was kept below 0.5), and
+from a counterfactual's metadata ``"outside_vocabulary"`` (:func:`what_if_caveat`).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from neuraldbg.trace import Trace
 
 __all__ = ["Verdict", "TraceEvidence", "verdict", "failure_words", "cause_words",
            "sureness", "fmt_num", "fmt_factor", "evidence_sentence", "what_if_meaning",
+           "what_if_caveat",
            "knobs_words", "disagreement"]
 
 #: Confidence at or above which a hypothesis is a claim (the contract's line).
@@ -331,6 +333,19 @@ def knobs_words(knobs: Mapping[str, Any]) -> str:
              "activation": "activation {}", "normalization": "normalization {}"}
     return ", ".join(names.get(k, k + "={}").format(
         fmt_num(v) if isinstance(v, float) else v) for k, v in knobs.items()) or "no change"
+
+
+def what_if_caveat(metadata: Mapping[str, Any]) -> str:
+    """What the user should check before trusting a counterfactual, or ``""``.
+
+    From ``metadata["outside_vocabulary"]`` (set by :func:`neuraldbg.what_if`): a bug the
+    trace shows that none of the model's knobs or causes names.
+    """
+    said = metadata.get("outside_vocabulary")
+    if not isinstance(said, str) or not said:
+        return ""
+    return (f"Caution: {said} The causal model has no knob or cause for this, so its answer "
+            "may not hold for this run.")
 
 
 def what_if_meaning(p_before: float, p_after: float, outcome: str,
