@@ -50,6 +50,9 @@ PINNED_TOLERANCE = 1e-3
 #: The global parameter norm at the end of a run this small a share of its start or less:
 #: the weights collapsed (0.93 is the least any zoo run ends at, failing or healthy).
 COLLAPSE_FACTOR = 0.1
+#: A BatchNorm layer whose parameter norm is within this (relative) of ``sqrt(n_params / 2)``
+#: is still at its initial weight 1 and bias 0 (the first step measures it before any update).
+_AT_INIT = 0.01
 #: What :func:`frozen_weights` tells the user when no gradient reached any optimizer step.
 NO_GRADIENT_HINT = ("the weights never moved and no gradient was there when the optimizer "
                     "stepped, at any step: is loss.backward() called, and before "
@@ -175,17 +178,23 @@ def batchnorm_off_factor(trace: Trace) -> float:
     ``exp(median over BatchNorm layers of |ln std|)``: ~1 when they normalise (train mode
     gives std 1 per channel at init, whatever the input), the scale of each layer's input
     when they run on their initial running statistics (``eval()``). Layers off in both
-    directions count. NaN without BatchNorm or statistics.
+    directions count. Only layers still at their initial affine parameters (weight 1, bias
+    0: a parameter norm of ``sqrt(n_params / 2)``, or none) are read: a pretrained layer's
+    learned scale sets its output std in either mode. NaN without such layers.
     """
     mods, stats_ = trace.modules, trace.stats
-    if not len(mods) or not len(stats_) or "act_std" not in stats_:
+    if not len(mods) or not len(stats_) or not {"act_std", "param_norm"} <= set(stats_):
         return float("nan")
-    bn = set(mods.loc[mods["module_type"].astype(str).str.contains("BatchNorm"),
-                      "module_name"])
-    rows = stats_.loc[stats_["module_name"].isin(bn)]
+    bn = mods.loc[mods["module_type"].astype(str).str.contains("BatchNorm")]
+    rows = stats_.loc[stats_["module_name"].isin(bn["module_name"])]
     if not len(rows):
         return float("nan")
-    std = rows.loc[rows["step"] == rows["step"].min(), "act_std"].to_numpy(dtype=float)
+    first = rows.loc[rows["step"] == rows["step"].min()].set_index("module_name")
+    n_params = bn.set_index("module_name")["n_params"].reindex(first.index).to_numpy(float)
+    with np.errstate(all="ignore"):
+        at_init = (n_params == 0) | (np.abs(first["param_norm"].to_numpy(dtype=float)
+                                            / np.sqrt(n_params / 2.0) - 1.0) <= _AT_INIT)
+    std = first["act_std"].to_numpy(dtype=float)[at_init]
     std = std[np.isfinite(std) & (std > 0)]
     return float(np.exp(np.median(np.abs(np.log(std))))) if std.size else float("nan")
 

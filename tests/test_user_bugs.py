@@ -13,6 +13,7 @@ from sklearn.datasets import load_digits
 from torch import nn
 
 import neuraldbg as ndb
+from neuraldbg.outside_vocabulary import batchnorm_off_factor
 from neuraldbg.reporting import verdict
 
 _X, _Y = load_digits(return_X_y=True)
@@ -483,17 +484,24 @@ def test_a_loop_whose_gradients_never_reach_the_step_names_no_cause(bug: str) ->
         assert top.metadata["hint"] in verdict(hyps).sentence, method
 
 
-def _train_bn_mlp(train_mode: bool, seed: int) -> ndb.Trace:
+def _train_bn_mlp(train_mode: bool, seed: int, *, lr: float = 0.5,
+                  learned_scale: float | None = None) -> ndb.Trace:
     """A 5-block BatchNorm MLP on the raw digit pixels (0-16), SGD at 0.5: it trains in
     train() mode; ``model.eval()`` called once before the loop freezes every BatchNorm on
-    its initial running statistics, so nothing normalises and the run blows up."""
+    its initial running statistics, so nothing normalises and the run blows up.
+    ``learned_scale`` sets every BatchNorm weight as a pretrained network's would be."""
     torch.manual_seed(seed)
     layers: list[nn.Module] = [nn.Linear(64, 128), nn.BatchNorm1d(128), nn.ReLU()]
     for _ in range(4):
         layers += [nn.Linear(128, 128), nn.BatchNorm1d(128), nn.ReLU()]
     model = nn.Sequential(*layers, nn.Linear(128, 10))
+    if learned_scale is not None:
+        with torch.no_grad():
+            for m in model.modules():
+                if isinstance(m, nn.BatchNorm1d):
+                    m.weight.fill_(learned_scale)
     model.train(train_mode)
-    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
     return _train(model, opt, F.cross_entropy, Y, inputs=X * 16.0, steps=200)
 
 
@@ -595,3 +603,16 @@ def test_dropout_zeros_are_not_dead_units() -> None:
             method, hyps[:2])
         assert not any(h.failure_type == "dead_neurons" and h.origin_layer in dropouts
                        for h in hyps), (method, hyps[:3])
+
+
+def test_batchnorm_with_learned_scales_in_train_mode_is_not_read_as_eval() -> None:
+    """Fine-tuning: BatchNorm weights at 0.3 (learned, as in a pretrained network) put the
+    outputs' std at ~0.3 in train mode too. Only layers still at their initial weight and
+    bias are read, so a run that fails at a rate far too high is not told to call
+    model.train()."""
+    trace = _train_bn_mlp(True, 0, lr=20.0, learned_scale=0.3)
+    assert batchnorm_off_factor(trace) != batchnorm_off_factor(trace)  # NaN: none read
+    for method in ("heuristic", "probabilistic"):
+        hyps = ndb.explain(trace, method=method)
+        assert hyps and hyps[0].confidence >= 0.5, (method, hyps[:2])
+        assert "model.train()" not in str(hyps[0].metadata.get("hint", "")), (method, hyps[0])
