@@ -13,6 +13,14 @@ saw (default 10 and 11, as the benchmark's score seeds).
     python -m benchmarks.bug_families                 # held-out and tuning families, controls
     python -m benchmarks.bug_families --existing      # the other zoo families (no regression)
     python -m benchmarks.bug_families --seeds 10 11 12 --json out.json
+    python -m benchmarks.bug_families --from-results results/default   # every method, no runs
+
+``--from-results`` reads what ``make bench`` wrote (``records.parquet``: every method, the
+probabilistic model per held-out split; ``counterfactuals.parquet``: ``what_if`` against the
+re-runs) and sums the harness's own per-run verdicts over each group of families, for every
+method (failure accuracy over all the group's runs, as the report counts it; cause AC@1 and
+confident-wrong over its failing runs), plus the two halves of ``what_if`` (fixes,
+still-fails), without running anything.
 
 Metrics as EVALUATION.md defines them: failure accuracy (top hypothesis's failure type),
 cause AC@1 (top hypothesis's root cause), confident-wrong rate (failing runs whose top
@@ -29,7 +37,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["TUNING", "HELD_OUT", "CONTROLS", "score_families", "main"]
+__all__ = ["TUNING", "HELD_OUT", "CONTROLS", "score_families", "from_results", "main"]
 
 #: Families whose traces the rules were written on.
 TUNING: tuple[str, ...] = (
@@ -110,6 +118,55 @@ def _existing() -> list[str]:
     return [f.name for f in experiments.list_families() if f.name not in ours]
 
 
+def from_results(results: str) -> dict[str, Any]:
+    """The groups' figures for every method from a benchmark run's tables (see the module).
+
+    Returns ``{group: {method: summary}}`` and, under ``"what_if"``, ``{group: {split:
+    {"fixes": "k/n", "still_fails": "k/n"}}}``; groups are the new families (held out and
+    tuning), the held-out ones, the controls and the zoo's other families.
+    """
+    from pathlib import Path
+
+    import pandas as pd
+
+    root = Path(results)
+    rec = pd.read_parquet(root / "records.parquet")
+    rec = rec[rec["error"].fillna("") == ""]
+    new = set(HELD_OUT) | set(TUNING)
+    groups = {"new": new | set(CONTROLS), "held_out": set(HELD_OUT) | set(CONTROLS),
+              "existing": set(rec["family"]) - new - set(CONTROLS)}
+    out: dict[str, Any] = {}
+    for name, fams in groups.items():
+        sub = rec[rec["family"].isin(fams)]
+        out[name] = {}
+        for label, g in sub.groupby("label"):
+            # the harness's own per-run columns, so the figures are the report's
+            failing = g[g["true_failure"] != "healthy"]
+            healthy = g[g["true_failure"] == "healthy"]
+            out[name][str(label)] = {
+                "n_failing": len(failing), "n_healthy": len(healthy),
+                "failure_accuracy": _rate(int(g["failure_correct"].sum()), len(g)),
+                "failure_accuracy_failing": _rate(int(failing["failure_correct"].sum()),
+                                                  len(failing)),
+                "cause_ac1": _rate(int((failing["cause_rank"] == 1.0).sum()), len(failing)),
+                "confident_wrong": _rate(int(failing["confident_wrong"].fillna(False)
+                                             .astype(bool).sum()), len(failing)),
+                "healthy_fpr": _rate(int(healthy["flagged"].sum()), len(healthy))}
+    cf = pd.read_parquet(root / "counterfactuals.parquet")
+    cf = cf[cf["error"].fillna("") == ""]
+    out["what_if"] = {}
+    for name, fams in groups.items():
+        sub = cf[cf["family"].isin(fams)]
+        out["what_if"][name] = {}
+        for split, g in sub.groupby("split"):
+            fixed = ~g["actual_failure"].astype(bool)
+            said_fixed = g["predicted"] == "healthy"
+            out["what_if"][name][str(split)] = {
+                "fixes": _rate(int((said_fixed & fixed).sum()), int(fixed.sum())),
+                "still_fails": _rate(int((~said_fixed & ~fixed).sum()), int((~fixed).sum()))}
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``python -m benchmarks.bug_families``."""
     parser = argparse.ArgumentParser(prog="python -m benchmarks.bug_families",
@@ -118,7 +175,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--existing", action="store_true",
                         help="score the zoo's other families instead (regression check)")
     parser.add_argument("--json", default=None, help="write every record to this file")
+    parser.add_argument("--from-results", default=None, metavar="DIR",
+                        help="read a benchmark run's tables (results/default) instead of "
+                             "running the families; every method is summarised")
     args = parser.parse_args(argv)
+    if args.from_results:
+        summary = from_results(args.from_results)
+        for name, by_method in summary.items():
+            print(f"== {name}")
+            for method, figures in by_method.items():
+                print(f"  {method}: " + ", ".join(f"{k}: {v}" for k, v in figures.items()))
+        if args.json:
+            with open(args.json, "w") as fh:
+                json.dump(summary, fh, indent=2)
+        return 0
     groups = ({"existing": _existing()} if args.existing else
               {"held_out": list(HELD_OUT), "tuning": list(TUNING), "controls": list(CONTROLS)})
     out: dict[str, Any] = {"seeds": args.seeds}
