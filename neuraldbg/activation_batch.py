@@ -65,14 +65,15 @@ class _Plan:
 
 
 def _unit_max(x: torch.Tensor, channel_first: bool, out: torch.Tensor,
-              scratch: torch.Tensor | None) -> torch.Tensor | None:
+              scratch: torch.Tensor | None, nonnegative: bool = False) -> torch.Tensor | None:
     """Largest |x| of each unit over the batch (NaN where a NaN is present).
 
     A float32 output is reduced straight into ``out`` (the ``(n_units,)`` slot of the
     step's unit buffer) and ``None`` is returned: one of at most ``_LARGE`` elements has
     its ``|x|`` written into ``scratch`` (a reused tensor of x's shape, so no temporary is
     allocated), a larger one is reduced through its max and min. Another dtype's result is
-    returned for the caller to copy in.
+    returned for the caller to copy in. The output of a ``nonnegative`` module (a ReLU, a
+    sigmoid) is its own ``|x|``: one reduction, no ``|x|`` and no minimum.
     """
     if x.dim() < 2:
         if x.dtype == torch.float32:
@@ -80,6 +81,11 @@ def _unit_max(x: torch.Tensor, channel_first: bool, out: torch.Tensor,
             return None
         return x.abs().reshape(-1)
     dims = unit_dims(x.dim(), channel_first)
+    if nonnegative:
+        if x.dtype == torch.float32:
+            torch.amax(x, dim=dims, out=out)
+            return None
+        return x.amax(dim=dims)
     if x.numel() <= _LARGE:
         if x.dtype == torch.float32:
             torch.amax(torch.abs(x, out=scratch) if scratch is not None else x.abs(), dim=dims,
@@ -113,6 +119,9 @@ class ActivationBatch:
         Activation family of each monitored module (its row in the buffers).
     channel_first : list of bool
         Whether each module's units lie along dim 1.
+    nonnegative : list of bool
+        Whether each module's output is never negative (its class is in
+        :data:`~neuraldbg.statistics.NONNEGATIVE_OUTPUTS`).
     device : torch.device
         Where the model (and the buffers) live.
     sample_size : int
@@ -121,10 +130,12 @@ class ActivationBatch:
         ``sigmoid_margin``, ``tanh_margin``, ``softmax_margin``, ``smooth_tail``.
     """
 
-    def __init__(self, families: list[str], channel_first: list[bool], device: torch.device,
-                 *, sample_size: int, margins: dict[str, float]) -> None:
+    def __init__(self, families: list[str], channel_first: list[bool],
+                 nonnegative: list[bool], device: torch.device, *, sample_size: int,
+                 margins: dict[str, float]) -> None:
         self._families = families
         self._channel_first = channel_first
+        self._nonnegative = nonnegative
         self._device = device
         self._size = sample_size
         self._softmax_cut = 1.0 - margins["softmax_margin"]
@@ -190,11 +201,12 @@ class ActivationBatch:
         if uv is None:
             uv = self._uviews[(off, n_u)] = self._ubuf[off:off + n_u]
         scratch = None
-        if n_u < shape[2] <= _LARGE:  # |x| of a small output goes into a reused tensor
-            scratch = self._abs.get(x.shape)
+        nonnegative = self._nonnegative[idx]
+        if n_u < shape[2] <= _LARGE and not nonnegative:
+            scratch = self._abs.get(x.shape)  # |x| of a small output goes into a reused tensor
             if scratch is None:
                 scratch = self._abs[x.shape] = self._abs_flat[:shape[2]].view(x.shape)
-        units = _unit_max(x, self._channel_first[idx], uv, scratch)
+        units = _unit_max(x, self._channel_first[idx], uv, scratch, nonnegative)
         if units is not None:
             uv.copy_(units)
         self._n_units = off + n_u

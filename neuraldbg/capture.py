@@ -49,7 +49,7 @@ from neuraldbg.optimizers import (
 )
 from neuraldbg.param_norms import ParamMeter
 from neuraldbg.sampling import SamplingSchedule
-from neuraldbg.statistics import DEN, is_channel_first
+from neuraldbg.statistics import DEN, NONNEGATIVE_OUTPUTS, is_channel_first
 from neuraldbg.step_log import StepLog
 from neuraldbg.trace import Trace, check_json, rank_shard
 from neuraldbg.weight_diversity import WeightDiversity
@@ -199,7 +199,8 @@ class Recorder:
         self._complement = self._modules["activation_family"].to_numpy() == "smooth"
         cfg = self.cfg
         self._batch = ActivationBatch(
-            self._families, [is_channel_first(m) for _, m in leaves], dev,
+            self._families, [is_channel_first(m) for _, m in leaves],
+            [type(m).__name__ in NONNEGATIVE_OUTPUTS for _, m in leaves], dev,
             sample_size=cfg.sample_size,
             margins={"sigmoid_margin": cfg.sigmoid_margin, "tanh_margin": cfg.tanh_margin,
                      "softmax_margin": cfg.softmax_margin, "smooth_tail": cfg.smooth_tail})

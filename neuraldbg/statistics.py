@@ -24,6 +24,7 @@ from torch import nn
 
 __all__ = [
     "ACTIVATION_FAMILIES",
+    "NONNEGATIVE_OUTPUTS",
     "ActivationFamily",
     "activation_family",
     "is_channel_first",
@@ -57,6 +58,10 @@ ACTIVATION_FAMILIES: dict[str, ActivationFamily] = {
     **dict.fromkeys(("BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "LayerNorm", "GroupNorm",
                      "InstanceNorm1d", "InstanceNorm2d", "RMSNorm"), "norm"),
 }
+
+#: Module classes whose output is never negative: its largest |x| is its largest x.
+NONNEGATIVE_OUTPUTS = frozenset(("ReLU", "ReLU6", "Sigmoid", "Hardsigmoid", "Softmax",
+                                 "Softmax2d", "Softplus"))
 
 _CHANNEL_FIRST = ("Conv", "BatchNorm", "InstanceNorm", "GroupNorm", "MaxPool", "AvgPool",
                   "AdaptiveAvgPool", "AdaptiveMaxPool", "Dropout2d", "Dropout3d")
