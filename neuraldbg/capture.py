@@ -49,14 +49,13 @@ from neuraldbg.optimizers import (
 )
 from neuraldbg.param_norms import ParamMeter
 from neuraldbg.sampling import SamplingSchedule
-from neuraldbg.statistics import DEN, NONNEGATIVE_OUTPUTS, is_channel_first
+from neuraldbg.statistics import NONNEGATIVE_OUTPUTS, is_channel_first
 from neuraldbg.step_log import StepLog
 from neuraldbg.trace import Trace, check_json, rank_shard
 from neuraldbg.weight_diversity import WeightDiversity
 
 __all__ = ["Recorder", "CaptureConfig"]
 
-_GRADS = DEN.index("grads")
 
 class Recorder:
     """Record per-module statistics of a training run through PyTorch hooks.
@@ -209,7 +208,7 @@ class Recorder:
         # Device buffers, one row per step slot (+1 module row: the root's bucket).
         self._stepped: set[int] = set()  # optimizers that stepped in the open step
         self._output_losses: list[torch.Tensor] = []  # losses read from model outputs
-        self._out_grads = OutputGradNorms(dev)  # the step's output-gradient norms
+        self._out_grads = OutputGradNorms(dev, n_mod + 1)  # output-gradient norms
         self._log = StepLog([name for name, _ in leaves], cap, dev,
                             has_params=self._has_params, complement=self._complement)
         self._diversity = WeightDiversity(leaves)
@@ -507,8 +506,8 @@ class Recorder:
         """
         log = self._log
         act_sums, saturated, dead, max_abs, grad = log.rows[slot]
-        self._batch.close(act_sums, saturated, dead, max_abs, log.den[slot])
-        self._out_grads.close(log.den[slot, :, _GRADS], grad, self._scale)
+        log.set_den(slot, self._batch.close(act_sums, saturated, dead, max_abs),
+                    self._out_grads.close(grad, self._scale))
 
     def _update_sampling(self, host_loss: float | None) -> None:
         self._recording = self._schedule.next(self._step, host_loss)

@@ -24,15 +24,19 @@ class OutputGradNorms:
     ----------
     device : torch.device
         Where the model (and the buffer) live.
+    n_rows : int
+        Module rows of the step's buffers.
     """
 
-    def __init__(self, device: torch.device) -> None:
+    def __init__(self, device: torch.device, n_rows: int) -> None:
         self._device = device
+        self._n_rows = n_rows
         self.modules: list[int] = []  # module row of each norm, in arrival order
         self._norms = torch.empty(0, dtype=torch.float32, device=device)
         self._slots: list[torch.Tensor] = []  # 0-dim views of _norms
         self._heads: dict[int, torch.Tensor] = {}  # first m norms
-        self._index: dict[tuple[int, ...], torch.Tensor] = {}  # device module indices
+        # per pattern of modules: their device index and host counts per row
+        self._index: dict[tuple[int, ...], tuple[torch.Tensor, np.ndarray]] = {}
 
     def __len__(self) -> int:
         """Number of norms taken in the open step."""
@@ -57,37 +61,43 @@ class OutputGradNorms:
         self._slots = list(self._norms.unbind(0))
         self._heads.clear()
 
-    def _device_index(self) -> torch.Tensor:
-        """A cached device tensor of the step's modules (no host-to-device copy per step)."""
+    def _pattern(self) -> tuple[torch.Tensor, np.ndarray]:
+        """The step's modules as a cached device index and host counts per row."""
         key = tuple(self.modules)
-        t = self._index.get(key)
-        if t is None:
-            t = torch.tensor(key, dtype=torch.long, device=self._device)
+        pattern = self._index.get(key)
+        if pattern is None:
+            pattern = (torch.tensor(key, dtype=torch.long, device=self._device),
+                       np.bincount(key, minlength=self._n_rows).astype(np.float64))
+            pattern[1].flags.writeable = False
             if len(self._index) < 4096:
-                self._index[key] = t
-        return t
+                self._index[key] = pattern
+        return pattern
 
-    def close(self, counts: np.ndarray, squares: torch.Tensor,
-              scale: torch.Tensor | None) -> None:
-        """Add the step's squared norms into ``squares`` and their counts into ``counts``.
+    def close(self, squares: torch.Tensor, scale: torch.Tensor | None) -> np.ndarray | None:
+        """Add the step's squared norms into ``squares``; return the gradients per module.
 
         Parameters
         ----------
-        counts : numpy.ndarray
-            ``(n_modules + 1,)`` host view: gradients seen per module in the step.
         squares : torch.Tensor
-            ``(n_modules + 1,)`` device view: the step's squared output-gradient norms.
+            ``(n_rows,)`` device view: the step's squared output-gradient norms.
         scale : torch.Tensor, optional
             The ``GradScaler`` scale of the backward the norms were measured on.
+
+        Returns
+        -------
+        numpy.ndarray or None
+            ``(n_rows,)`` read-only host counts: gradients seen per module in the step
+            (``None`` when none was), for the caller to sum at the flush.
         """
         m = len(self.modules)
         if not m:
-            return
-        counts += np.bincount(self.modules, minlength=counts.shape[0])
+            return None
         head = self._heads.get(m)
         if head is None:
             head = self._heads[m] = self._norms[:m]
         sq = head.square_()  # (rewritten next step; nothing here requires grad)
         if scale is not None:  # measured on the scaled backward
             sq = sq / scale.square()
-        squares.index_add_(0, self._device_index(), sq)
+        index, counts = self._pattern()
+        squares.index_add_(0, index, sq)
+        return counts

@@ -20,6 +20,9 @@ __all__ = ["StepLog"]
 
 Chunk = tuple[dict[str, np.ndarray], dict[str, np.ndarray]]
 
+_GRADS = DEN.index("grads")
+assert _GRADS == len(DEN) - 1  # the other columns come first, as ActivationBatch gives them
+
 
 class StepLog:
     """Per-step buffers of one flush interval.
@@ -52,7 +55,12 @@ class StepLog:
         self.rows = [(act[:, :sat], act[:, sat], act[:, dead], mx, grad) for act, mx, grad in
                      zip(self.act.unbind(0), self.max.unbind(0), self.grad.unbind(0),
                          strict=True)]
-        self.den = np.zeros((capacity, n_rows, len(DEN)))
+        # Per slot, the step's host denominators as the capture's parts gave them (cached,
+        # read-only arrays): summed at the drain, since a numpy operation per step costs
+        # tens of microseconds on a training step's cold caches.
+        self.n_rows = n_rows
+        self.den_parts: list[tuple[np.ndarray | None, np.ndarray | None] | None] = \
+            [None] * capacity
         self.steps: list[int] = []
         self.lr: list[float | torch.Tensor] = []
         self.loss: list[float | torch.Tensor] = []  # host value, or the device tensor
@@ -62,6 +70,29 @@ class StepLog:
     def __len__(self) -> int:
         """Number of logged steps."""
         return len(self.steps)
+
+    def set_den(self, slot: int, activations: np.ndarray | None,
+                grads: np.ndarray | None) -> None:
+        """Step ``slot``'s denominators: every :data:`DEN` column but ``grads``, and those.
+
+        ``activations`` is ``(n_rows, len(DEN) - 1)``, ``grads`` ``(n_rows,)``; either may
+        be ``None`` (nothing measured). The arrays are kept, not copied.
+        """
+        self.den_parts[slot] = (activations, grads)
+
+    def _den(self, n: int) -> np.ndarray:
+        """``(n, n_rows, len(DEN))`` denominators of the first ``n`` slots; forget them."""
+        den = np.zeros((n, self.n_rows, len(DEN)))
+        for i, parts in enumerate(self.den_parts[:n]):
+            if parts is None:
+                continue
+            act, grads = parts
+            if act is not None:
+                den[i, :, :_GRADS] = act
+            if grads is not None:
+                den[i, :, _GRADS] = grads
+        self.den_parts[:n] = [None] * n
+        return den
 
     def append(self, step: int, lr: float | torch.Tensor, loss: float | torch.Tensor,
                recorded: bool, complete: bool) -> None:
@@ -89,8 +120,7 @@ class StepLog:
             if on_device:
                 tensors = [v for v in losses if isinstance(v, torch.Tensor)]  # on_device order
                 loss[on_device] = torch.stack(tensors).to("cpu", torch.float64).numpy()
-        den = self.den[:n].copy()
-        self.den[:n] = 0.0
+        den = self._den(n)
         steps_arr = np.asarray(self.steps[:n], dtype=np.int64)
         recorded = np.asarray(self.recorded[:n], dtype=bool)
         with np.errstate(divide="ignore", invalid="ignore"):

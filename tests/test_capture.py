@@ -228,7 +228,10 @@ def test_sampled_statistics_of_large_outputs_match_the_whole_output():
             opt.step()
             exact_update = torch.cat([(p.detach() - b).flatten() for p, b in
                                       zip(model.parameters(), before)]).norm().item()
-            expected[-1] += (exact_update,)
+            # the 512 x 512 weight with its bias, and the 512 x 64 one with its bias
+            exact_params = [torch.cat([b.flatten() for b in before[k:k + 2]]).norm().item()
+                            for k in (2, 0)]
+            expected[-1] += (exact_update, exact_params)
             dbg.step(loss)
     trace = dbg.trace
     assert (128 * 512) > dbg.cfg.sample_size  # the outputs really are sampled
@@ -236,12 +239,36 @@ def test_sampled_statistics_of_large_outputs_match_the_whole_output():
     sat = trace.stat("act_frac_saturated")["3"].to_numpy()
     mean = trace.stat("act_mean")["1"].to_numpy()
     std = trace.stat("act_std")["1"].to_numpy()
-    for i, (z, s, m, sd, upd) in enumerate(expected):
+    params = trace.stat("param_norm")
+    for i, (z, s, m, sd, upd, par) in enumerate(expected):
         assert abs(zero[i] - z) < 0.03, (zero[i], z)
         assert abs(sat[i] - s) < 0.03 and 0.05 < s < 0.95, (sat[i], s)
         assert abs(mean[i] - m) < 0.05 * abs(m) + 0.02 and abs(std[i] - sd) < 0.05 * sd
         # the 512x512 weight's update is estimated from a sample: within a few percent
         np.testing.assert_allclose(trace.steps["update_norm"].iloc[i], upd, rtol=0.05)
+        # so is its norm (about 1% standard error), taken before the step
+        np.testing.assert_allclose(params["2"].iloc[i], par[0], rtol=0.03)
+        np.testing.assert_allclose(params["0"].iloc[i], par[1], rtol=0.03)
+
+
+def test_block_sample_spreads_whole_cache_lines_over_the_columns():
+    """A parameter above sample_size is read in blocks of 16 contiguous elements: inside
+    the tensor, never overlapping, each block starting at another column of its row."""
+    from neuraldbg.param_norms import BLOCK, block_sample
+
+    assert block_sample(4096, 64, 4096) is None  # small enough: measured whole
+    assert block_sample(6000, 100, 4096) is None  # under twice the sample: whole
+    for numel, per_row in [(256 * 784, 784), (512 * 512, 512), (10 * 256, 256),
+                           (64 * 3 * 3 * 3 * 100, 27), (30522 * 128, 128), (10**6 + 7, 1)]:
+        got = block_sample(numel, per_row, 4096)
+        if numel <= 2 * 4096:
+            assert got is None
+            continue
+        n_blocks, stride = got
+        assert n_blocks * BLOCK == 4096 and stride >= BLOCK  # no block overlaps the next
+        assert (n_blocks - 1) * stride + BLOCK <= numel  # the last block ends inside
+        starts = {(b * stride) % per_row for b in range(n_blocks)}
+        assert len(starts) >= min(n_blocks, per_row) * 0.99, (numel, per_row)
 
 
 def test_sample_stride_walks_through_every_feature():
