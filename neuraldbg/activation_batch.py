@@ -55,6 +55,7 @@ class _Plan:
     """Index tensors and tables for one pattern of calls (cached: patterns repeat)."""
 
     call_index: torch.Tensor   # (n_calls,) module row of each call
+    in_order: bool             # the calls are modules 0, 1, ..., n_calls - 1, once each
     unit_index: torch.Tensor   # (n_units,) module row of each unit of every call
     sat_calls: torch.Tensor | None  # call rows whose family saturates (None: no such call)
     sat_index: torch.Tensor | None  # their module rows
@@ -341,6 +342,7 @@ class ActivationBatch:
 
             plan = _Plan(
                 call_index=torch.tensor(self.calls, dtype=torch.long, device=dev),
+                in_order=self.calls == list(range(len(self.calls))),
                 unit_index=torch.as_tensor(unit_rows, dtype=torch.long, device=dev),
                 sat_calls=column([r for r, _, _ in sat], torch.long),
                 sat_index=column([i for _, i, _ in sat], torch.long),
@@ -396,8 +398,11 @@ class ActivationBatch:
             (work, units), scratch = gathered, self._scratch[:n]
             zero, parts = self._ueq[:units.shape[0]], work_views(work)
         plan = self._plan()
-        sums = sample_sums(work, scratch=scratch, views=parts)
-        act_sums.index_add_(0, plan.call_index, sums)
+        if plan.in_order:  # (a sequential model's usual step) one reduction into the rows
+            sample_sums(work, scratch=scratch, views=parts, out=act_sums[:n])
+        else:
+            act_sums.index_add_(0, plan.call_index,
+                                sample_sums(work, scratch=scratch, views=parts))
         if plan.sat_calls is not None:  # only families with a saturated range
             assert plan.sat_index is not None and plan.sat_centres is not None
             assert plan.sat_thresholds is not None

@@ -161,8 +161,8 @@ def work_views(work: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Te
 
 
 def sample_sums(work: torch.Tensor, *, scratch: torch.Tensor | None = None,
-                views: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
-                ) -> torch.Tensor:
+                views: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
+                out: torch.Tensor | None = None) -> torch.Tensor:
     """Sums and counts of a step's activation samples, all calls at once, no host sync.
 
     Parameters
@@ -176,6 +176,8 @@ def sample_sums(work: torch.Tensor, *, scratch: torch.Tensor | None = None,
         allocated per step (on the CPU each one costs page faults).
     views : tuple of torch.Tensor, optional
         ``work_views(work)``, made once by a caller that reuses ``work``.
+    out : torch.Tensor, optional
+        ``(n_calls, 5)`` float32 where the sums are written (replacing its values).
 
     Returns
     -------
@@ -191,7 +193,7 @@ def sample_sums(work: torch.Tensor, *, scratch: torch.Tensor | None = None,
     torch.square(samples, out=squares)
     absolute = torch.abs(samples, out=scratch)
     torch.gt(absolute, _zero_centred_thresholds(work.device), out=indicators)
-    return work.nansum(-1)
+    return work.nansum(-1) if out is None else torch.nansum(work, -1, out=out)
 
 
 def saturated_counts(samples: torch.Tensor, centres: torch.Tensor,
