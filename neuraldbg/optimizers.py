@@ -139,14 +139,19 @@ def closure_then(args: tuple[Any, ...], kwargs: dict[str, Any],
 
     For a step pre-hook: ``args[0]`` is the optimizer, the closure comes by position
     (``args[1]``) or as ``closure=``. Returns ``None`` when the step has no closure.
+    ``after`` runs after the first call of the closure only: an optimizer that evaluates it
+    several times in one step (``LBFGS`` with ``max_iter > 1``) moves the parameters between
+    the calls, and the step's gradient and starting point are those of the first.
     """
     closure = kwargs.get("closure", args[1] if len(args) > 1 else None)
     if closure is None:
         return None
+    pending = [after]
 
     def closure_and_after() -> Any:
         result = closure()  # the step's forward and backward happen here
-        after()
+        if pending:
+            pending.pop()()
         return result
 
     if "closure" in kwargs:

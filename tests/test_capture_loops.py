@@ -113,6 +113,56 @@ def test_optimizer_step_with_a_closure(opt_cls):
     assert_healthy(trace)
 
 
+def test_lbfgs_step_is_measured_at_its_first_evaluation_and_across_the_whole_step():
+    """LBFGS evaluates the closure several times per step, moving the weights in between:
+    the step's gradient is the first evaluation's and its update spans the whole step."""
+    torch.manual_seed(0)
+    model, (x, y) = mlp(), data()
+    opt = torch.optim.LBFGS(model.parameters(), lr=0.5, max_iter=5)
+    first, updates = [], []
+
+    def closure():
+        opt.zero_grad()
+        loss = ((model(x) - y) ** 2).mean()
+        loss.backward()
+        if len(first) == len(updates):  # the step's first evaluation
+            first.append(grad_norm(model.parameters()))
+        return loss
+
+    with ndb.NeuralDbg(model, optimizer=opt) as dbg:
+        for _ in range(6):
+            before = [p.detach().clone() for p in model.parameters()]
+            loss = opt.step(closure)
+            updates.append(torch.cat([(p.detach() - b).flatten() for p, b in
+                                      zip(model.parameters(), before, strict=True)]).norm())
+            dbg.step(loss)
+    trace = dbg.trace
+    np.testing.assert_allclose(trace.steps["grad_norm"], first, rtol=1e-4)
+    np.testing.assert_allclose(trace.steps["update_norm"], [u.item() for u in updates],
+                               rtol=1e-4)
+
+
+def test_sparse_embedding_gradients_are_measured_not_fatal():
+    """nn.Embedding(sparse=True) gives sparse gradients, which no norm kernel takes: the
+    capture measures their values and the training loop runs on."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Embedding(500, 16, sparse=True), nn.Flatten(), nn.Linear(64, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    tokens = torch.randint(0, 500, (32, 4))
+    target = torch.randn(32, 1)
+    expected = []
+    with ndb.NeuralDbg(model, optimizer=opt) as dbg:
+        for _ in range(5):
+            opt.zero_grad()
+            loss = ((model(tokens) - target) ** 2).mean()
+            loss.backward()
+            expected.append(torch.cat([p.grad.to_dense().flatten()
+                                       for p in model.parameters()]).norm().item())
+            opt.step()
+            dbg.step(loss)
+    np.testing.assert_allclose(dbg.trace.steps["grad_norm"], expected, rtol=1e-5)
+
+
 def test_grad_scaler_on_cpu_records_unscaled_statistics():
     torch.manual_seed(0)
     plain_model = mlp()
