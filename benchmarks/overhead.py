@@ -12,6 +12,7 @@ Run ``python -m benchmarks.overhead`` (``make overhead``). Two interleavings, si
   stable on a shared machine; the two models also share the caches, so both sides run a
   little colder than a single training loop would.
 
+``--in-loop`` instead times each part of the capture per call inside the training loop.
 Also reported: host syncs (``aten._local_scalar_dense``) added per step, and resident-memory
 growth per 1,000 steps while streaming a trace to disk.
 """
@@ -166,6 +167,53 @@ def measure_alternating(name: str, every: int, *, steps: int,
             "hooked_ms_per_step": 1e3 * trimmed(times[1])}
 
 
+#: Parts of the capture timed inside the training loop by ``--in-loop``: (owner, method).
+IN_LOOP_PARTS = (
+    ("recorder", "_pre_step_hook"), ("meter", "before_update"), ("recorder", "_post_step_hook"),
+    ("recorder", "step"), ("recorder", "_close_step"), ("recorder", "_forward_hook"),
+    ("batch", "add"), ("batch", "close"), ("out_grads", "add"), ("out_grads", "close"),
+    ("recorder", "flush"),
+)
+
+
+def in_loop_timings(name: str, every: int, *, steps: int) -> dict[str, dict[str, float]]:
+    """Median wall time of each part of the capture per call, timed inside a training loop.
+
+    On a small model on the CPU an operation inside the loop, where the model's own kernels
+    have just evicted the caches, costs several times its time in a warm micro-benchmark;
+    this says which parts cost what there. Benchmark-only: it wraps the recorder's private
+    methods on one instance (the timers add about a microsecond per call).
+    """
+    torch.manual_seed(0)
+    model, x, y = MODELS[name]()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    dbg = ndb.NeuralDbg(model, optimizer=opt, every=every)
+    owners = {"recorder": dbg, "meter": dbg._meter, "batch": dbg._batch,
+              "out_grads": dbg._out_grads}
+    times: dict[str, list[float]] = {}
+
+    def timed(label: str, method):
+        def wrapper(*args, **kwargs):
+            t0 = time.perf_counter()
+            try:
+                return method(*args, **kwargs)
+            finally:
+                times.setdefault(label, []).append(time.perf_counter() - t0)
+        return wrapper
+
+    for owner, attr in IN_LOOP_PARTS:  # instance attributes: the hooks bind them at enter
+        obj = owners[owner]
+        setattr(obj, attr, timed(f"{owner}.{attr}", getattr(obj, attr)))
+    warmup = 50
+    with dbg:
+        for i in range(steps + warmup):
+            if i == warmup:
+                times.clear()
+            _train_step(model, opt, x, y, dbg)
+    return {label: {"median_us": 1e6 * statistics.median(v), "calls_per_step": len(v) / steps}
+            for label, v in times.items()}
+
+
 def host_syncs_per_step(name: str, steps: int = 20) -> float:
     """Extra ``_local_scalar_dense`` calls per step caused by NeuralDbg (target 0)."""
     torch.manual_seed(0)
@@ -268,6 +316,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--breakdown", action="store_true",
                         help="only the step-interleaved ratio with parts of the capture "
                              "switched off, to see where the overhead goes")
+    parser.add_argument("--in-loop", action="store_true",
+                        help="only the median time of each part of the capture per call, "
+                             "timed inside the training loop")
     parser.add_argument("--memory-steps", type=int, default=3000,
                         help="steps for the memory check (0 to skip)")
     parser.add_argument("--out", type=Path, default=Path("results/overhead.json"))
@@ -278,6 +329,8 @@ def main(argv: list[str] | None = None) -> dict:
     console = Console()
     if args.breakdown:
         return _breakdown(args, console)
+    if args.in_loop:
+        return _in_loop(args, console)
     rows = []
     for name in args.models:
         for every in args.every:
@@ -336,6 +389,24 @@ def _breakdown(args: argparse.Namespace, console: Console) -> dict:
               "torch": torch.__version__}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.with_name(args.out.stem + "_breakdown.json").write_text(json.dumps(result, indent=2))
+    return result
+
+
+def _in_loop(args: argparse.Namespace, console: Console) -> dict:
+    table = Table(title="Capture parts timed inside the training loop (median per call)")
+    for col in ("model", "every", "part", "us per call", "calls per step"):
+        table.add_column(col, justify="right")
+    rows = []
+    for name in args.models:
+        for every in args.every:
+            for part, r in in_loop_timings(name, every, steps=args.alternate_steps).items():
+                rows.append({"model": name, "every": every, "part": part, **r})
+                table.add_row(name, str(every), part, f"{r['median_us']:.1f}",
+                              f"{r['calls_per_step']:.2f}")
+    console.print(table)
+    result = {"in_loop": rows, "torch": torch.__version__}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.with_name(args.out.stem + "_in_loop.json").write_text(json.dumps(result, indent=2))
     return result
 
 
