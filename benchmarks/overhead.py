@@ -371,10 +371,23 @@ def main(argv: list[str] | None = None) -> dict:
     return result
 
 
-def _breakdown(args: argparse.Namespace, console: Console) -> dict:
-    table = Table(title="Where the overhead goes (step-interleaved, hooked / bare)")
-    for col in ("model", "every", "kept", "ratio", "extra us/step"):
+def _table(title: str, columns: tuple[str, ...]) -> Table:
+    table = Table(title=title)
+    for col in columns:
         table.add_column(col, justify="right")
+    return table
+
+
+def _write(args: argparse.Namespace, suffix: str, result: dict) -> dict:
+    """Write ``result`` beside ``--out`` as ``<stem>_<suffix>.json`` and return it."""
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.with_name(f"{args.out.stem}_{suffix}.json").write_text(json.dumps(result, indent=2))
+    return result
+
+
+def _breakdown(args: argparse.Namespace, console: Console) -> dict:
+    table = _table("Where the overhead goes (step-interleaved, hooked / bare)",
+                   ("model", "every", "kept", "ratio", "extra us/step"))
     rows = []
     for name in args.models:
         for every in args.every:
@@ -385,17 +398,13 @@ def _breakdown(args: argparse.Namespace, console: Console) -> dict:
                              "extra_us_per_step": extra})
                 table.add_row(name, str(every), part, f"{r['ratio']:.3f}x", f"{extra:.0f}")
     console.print(table)
-    result = {"breakdown": rows, "parts": PARTS, "clock": args.clock,
-              "torch": torch.__version__}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.with_name(args.out.stem + "_breakdown.json").write_text(json.dumps(result, indent=2))
-    return result
+    return _write(args, "breakdown", {"breakdown": rows, "parts": PARTS, "clock": args.clock,
+                                      "torch": torch.__version__})
 
 
 def _in_loop(args: argparse.Namespace, console: Console) -> dict:
-    table = Table(title="Capture parts timed inside the training loop (median per call)")
-    for col in ("model", "every", "part", "us per call", "calls per step"):
-        table.add_column(col, justify="right")
+    table = _table("Capture parts timed inside the training loop (median per call)",
+                   ("model", "every", "part", "us per call", "calls per step"))
     rows = []
     for name in args.models:
         for every in args.every:
@@ -404,10 +413,7 @@ def _in_loop(args: argparse.Namespace, console: Console) -> dict:
                 table.add_row(name, str(every), part, f"{r['median_us']:.1f}",
                               f"{r['calls_per_step']:.2f}")
     console.print(table)
-    result = {"in_loop": rows, "torch": torch.__version__}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.with_name(args.out.stem + "_in_loop.json").write_text(json.dumps(result, indent=2))
-    return result
+    return _write(args, "in_loop", {"in_loop": rows, "torch": torch.__version__})
 
 
 if __name__ == "__main__":

@@ -394,12 +394,10 @@ class Recorder:
             self._close_step()  # dbg.step came before opt.step and this is the next step
         if k == 0 or not self._stepped:
             self._lr = read_lr(optimizer)
-        if len(args) > 1 or kwargs:  # a closure, perhaps (``args[0]`` is the optimizer)
-            wrapped = closure_then(args, kwargs, partial(self._measure, k))
-            if wrapped is not None:
-                return wrapped
-        self._measure(k)  # no closure: the gradients are there now
-        return None
+        wrapped = closure_then(args, kwargs, self._measure, k)
+        if wrapped is None:  # no closure: the gradients are there now
+            self._measure(k)
+        return wrapped
 
     def _measure(self, k: int | None) -> None:
         self._meter.before_update(self._slot, recorded=self._recording, snapshot=True,

@@ -133,16 +133,19 @@ def group_by_optimizer(params: list[nn.Parameter], owner: list[int], names: list
             groups)
 
 
-def closure_then(args: tuple[Any, ...], kwargs: dict[str, Any],
-                 after: Callable[[], None]) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
-    """An ``optimizer.step`` call's arguments with ``after`` run right after its closure.
+def closure_then(args: tuple[Any, ...], kwargs: dict[str, Any], after: Callable[..., None],
+                 *after_args: Any) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
+    """An ``optimizer.step`` call's arguments with ``after(*after_args)`` run after its closure.
 
     For a step pre-hook: ``args[0]`` is the optimizer, the closure comes by position
-    (``args[1]``) or as ``closure=``. Returns ``None`` when the step has no closure.
+    (``args[1]``) or as ``closure=``. Returns ``None``, having built nothing, when the step
+    has no closure (the common case, on the per-step path).
     ``after`` runs after the first call of the closure only: an optimizer that evaluates it
     several times in one step (``LBFGS`` with ``max_iter > 1``) moves the parameters between
     the calls, and the step's gradient and starting point are those of the first.
     """
+    if len(args) < 2 and not kwargs:
+        return None
     closure = kwargs.get("closure", args[1] if len(args) > 1 else None)
     if closure is None:
         return None
@@ -151,7 +154,7 @@ def closure_then(args: tuple[Any, ...], kwargs: dict[str, Any],
     def closure_and_after() -> Any:
         result = closure()  # the step's forward and backward happen here
         if pending:
-            pending.pop()()
+            pending.pop()(*after_args)
         return result
 
     if "closure" in kwargs:

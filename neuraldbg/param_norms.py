@@ -19,11 +19,11 @@ to single elements, so that the sample reaches as many rows as single elements w
 embedding whose step moves a few rows). Whole-tensor norms would read every weight twice more
 at every recorded step (the parameters and the snapshot), and an element-strided sample
 touches a cache line per element: 16-element blocks read one line per 16 elements, which on
-the CPU halves the recorded step's parameter-side cost. Measured against exact norms in
-ordinary training loops (Linear, Conv2d and LSTM weights under Adam and SGD), parameter norms
-are within 1% and updates within 1-3% in the median and 8% at worst; a matrix whose rows
-differ in scale by orders of magnitude, or one whose step moves a handful of rows, is
-estimated more loosely. Norms are accumulated in float32 whatever the parameters' dtype.
+the CPU halves the recorded step's parameter-side cost. For weights of similar size the
+relative standard error of a norm is about ``sqrt(2 / m) / 2``, 1%, and of an evenly spread
+update (Adam's) a few percent (``tests/test_capture.py`` checks both against exact norms); a
+matrix whose rows differ in scale by orders of magnitude, or one whose step moves a handful
+of rows, is estimated more loosely. Norms are accumulated in float32 whatever the parameters' dtype.
 Sparse gradients (``nn.Embedding(sparse=True)``) are measured by their values.
 """
 

@@ -58,7 +58,6 @@ class StepLog:
         # Per slot, the step's host denominators as the capture's parts gave them (cached,
         # read-only arrays): summed at the drain, since a numpy operation per step costs
         # tens of microseconds on a training step's cold caches.
-        self.n_rows = n_rows
         self.den_parts: list[tuple[np.ndarray | None, np.ndarray | None] | None] = \
             [None] * capacity
         self.steps: list[int] = []
@@ -82,7 +81,7 @@ class StepLog:
 
     def _den(self, n: int) -> np.ndarray:
         """``(n, n_rows, len(DEN))`` denominators of the first ``n`` slots; forget them."""
-        den = np.zeros((n, self.n_rows, len(DEN)))
+        den = np.zeros((n, len(self.names) + 1, len(DEN)))
         for i, parts in enumerate(self.den_parts[:n]):
             if parts is None:
                 continue
