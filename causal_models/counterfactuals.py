@@ -8,12 +8,13 @@ every slice -> failure type:
    fault node is a monotone threshold mechanism, ``F = [U < p(parents)]``; its posterior and
    that of its unobserved parents (the latent knob levels ``lr_level``, ``init_level``,
    ``input_level``, the causes' latent traits) pin down where this run's ``U`` lies. Every
-   other node (the root cause, each slice's loss, gradient and activation states, the
-   failure type) is the canonical mechanism ``X = F^-1(U | parents)`` of its table (the
-   inverse CDF in the node's state order), so its noise is uniform on the interval that
-   gives the state the run showed under the parents it had. (A discrete table does not
-   identify its noise; this canonical choice is the one that keeps a node's state whenever
-   its parents keep theirs, which is what makes a no-op exact.)
+   other node is read through its table: the root cause from the faults
+   (:func:`.root_cause_under`), and each slice's loss, gradient and activation states and the
+   failure type as Gumbel-max mechanisms ``X = argmax_j (log P(j | parents) + G_j)``, whose
+   noise ``G`` is drawn given the state the run showed under the parents it had
+   (:mod:`causal_models.mechanisms`). (A discrete table does not identify its noise; the
+   Gumbel-max choice needs no order on the states and keeps a node's state whenever its
+   parents keep theirs, which is what makes a no-op exact.)
 2. **Action**: the knobs change. A multiplier moves a level by ``log10(k) / LEVEL_WIDTH``
    level steps from where the run sits inside its level (:func:`_landing`); an activation
    or normalization setting replaces that node's state; ``grad_clip=c`` sets the clipping
@@ -24,7 +25,7 @@ every slice -> failure type:
    (:func:`_faults_under`); the run's root cause stays unless its fault goes or another
    appears (:func:`.root_cause_under`); under a new root cause the slice states are
    recomputed slice by slice and the failure type from the last slice
-   (:func:`.failure_under`, stratified noise samples from a fixed seed).
+   (:func:`.failure_under`, noise samples from a fixed seed).
 
 The faults are dependent given the evidence (a failing run has one root cause, which
 explains the other faults away), so the abduction is stratified by the posterior root cause,
