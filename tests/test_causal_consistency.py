@@ -71,7 +71,7 @@ def test_p_failure_is_monotone_in_the_learning_rate(family: str, scales: tuple[f
     steps = direction * np.diff(p)
     # monotone up to 2e-3 where P(failure) saturates: a cause a higher rate adds can take
     # over from the run's own with a failure probability ~1e-4 lower (measured: 0.988 ->
-    # 0.9879 on dead_relu_high_lr), and the slices are predicted from 512 noise samples
+    # 0.9879 on dead_relu_high_lr), and the slices are predicted from 4,096 noise samples
     assert np.all(steps >= -2e-3), (family, dict(zip(scales, p.round(3))))
     assert direction * (p[-1] - p[0]) > 0.3  # and it does move over the range
 
