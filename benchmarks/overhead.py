@@ -26,6 +26,7 @@ import json
 import statistics
 import tempfile
 import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import torch
@@ -385,34 +386,42 @@ def _write(args: argparse.Namespace, suffix: str, result: dict) -> dict:
     return result
 
 
-def _breakdown(args: argparse.Namespace, console: Console) -> dict:
-    table = _table("Where the overhead goes (step-interleaved, hooked / bare)",
-                   ("model", "every", "kept", "ratio", "extra us/step"))
+def _sweep(args: argparse.Namespace, console: Console, title: str, columns: tuple[str, ...],
+           parts_of: Callable[[str, int], Iterable[tuple[str, dict]]],
+           cells: Callable[[dict], tuple[str, ...]]) -> list[dict]:
+    """One row per (model, every, part) of ``parts_of(model, every)``, printed as a table."""
+    table = _table(title, ("model", "every", "part", *columns))
     rows = []
     for name in args.models:
         for every in args.every:
-            for part in PARTS:
-                r = measure_alternating(name, every, steps=args.alternate_steps, part=part)
-                extra = 1e3 * (r["hooked_ms_per_step"] - r["bare_ms_per_step"])
-                rows.append({"model": name, "every": every, "part": part, **r,
-                             "extra_us_per_step": extra})
-                table.add_row(name, str(every), part, f"{r['ratio']:.3f}x", f"{extra:.0f}")
+            for part, r in parts_of(name, every):
+                row = {"model": name, "every": every, "part": part, **r}
+                rows.append(row)
+                table.add_row(name, str(every), part, *cells(row))
     console.print(table)
+    return rows
+
+
+def _breakdown(args: argparse.Namespace, console: Console) -> dict:
+    def parts_of(name: str, every: int) -> Iterable[tuple[str, dict]]:
+        for part in PARTS:
+            r = measure_alternating(name, every, steps=args.alternate_steps, part=part)
+            yield part, {**r, "extra_us_per_step":
+                         1e3 * (r["hooked_ms_per_step"] - r["bare_ms_per_step"])}
+
+    rows = _sweep(args, console, "Where the overhead goes (step-interleaved, hooked / bare)",
+                  ("ratio", "extra us/step"), parts_of,
+                  lambda r: (f"{r['ratio']:.3f}x", f"{r['extra_us_per_step']:.0f}"))
     return _write(args, "breakdown", {"breakdown": rows, "parts": PARTS, "clock": args.clock,
                                       "torch": torch.__version__})
 
 
 def _in_loop(args: argparse.Namespace, console: Console) -> dict:
-    table = _table("Capture parts timed inside the training loop (median per call)",
-                   ("model", "every", "part", "us per call", "calls per step"))
-    rows = []
-    for name in args.models:
-        for every in args.every:
-            for part, r in in_loop_timings(name, every, steps=args.alternate_steps).items():
-                rows.append({"model": name, "every": every, "part": part, **r})
-                table.add_row(name, str(every), part, f"{r['median_us']:.1f}",
-                              f"{r['calls_per_step']:.2f}")
-    console.print(table)
+    rows = _sweep(args, console, "Capture parts timed inside the training loop (median per call)",
+                  ("us per call", "calls per step"),
+                  lambda name, every: in_loop_timings(name, every,
+                                                      steps=args.alternate_steps).items(),
+                  lambda r: (f"{r['median_us']:.1f}", f"{r['calls_per_step']:.2f}"))
     return _write(args, "in_loop", {"in_loop": rows, "torch": torch.__version__})
 
 
