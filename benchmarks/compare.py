@@ -62,6 +62,8 @@ def provenance(zoo_fingerprint: str | None = None) -> dict[str, Any]:
     from importlib.metadata import PackageNotFoundError, version
     from pathlib import Path
 
+    from experiments.cpu_paths import cpu_paths
+
     root = Path(__file__).resolve().parent.parent
 
     def git(*args: str) -> str:
@@ -84,7 +86,7 @@ def provenance(zoo_fingerprint: str | None = None) -> dict[str, Any]:
             "python": platform.python_version(), "machine": platform.machine(),
             "system": platform.system(), "versions": versions,
             "zoo_fingerprint": zoo_fingerprint, "torch_threads_per_run": 1,
-            "deterministic_algorithms": True}
+            "deterministic_algorithms": True, "cpu_paths": cpu_paths()}
 
 
 def canonical_order(frame: Any, keys: tuple[str, ...]) -> Any:

@@ -10,7 +10,11 @@ own config would.
 >>> fixed = run_counterfactual(trace, lr_scale=0.1)             # doctest: +SKIP
 """
 
-from experiments import (  # noqa: F401 - importing a family module registers its families
+from experiments.cpu_paths import pin_cpu_paths
+
+pin_cpu_paths()  # before any torch operation: ATen reads its capability at the first one
+
+from experiments import (  # noqa: E402, F401 - importing a family module registers its families
     activations,
     compound,
     healthy,
@@ -22,9 +26,14 @@ from experiments import (  # noqa: F401 - importing a family module registers it
     user_bug_controls,
     user_bugs,
 )
-from experiments.families import FamilySpec, get_family, list_families, register_family
-from experiments.runner import run_counterfactual, run_scenario
-from neuraldbg.knobs import KNOB_NAMES, Knobs, make_knobs
+from experiments.families import (  # noqa: E402
+    FamilySpec,
+    get_family,
+    list_families,
+    register_family,
+)
+from experiments.runner import run_counterfactual, run_scenario  # noqa: E402
+from neuraldbg.knobs import KNOB_NAMES, Knobs, make_knobs  # noqa: E402
 
 __all__ = [
     "FamilySpec",

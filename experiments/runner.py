@@ -33,11 +33,12 @@ import torch.nn.functional as F
 
 import neuraldbg as ndb
 from experiments.architectures import build_model
+from experiments.cpu_paths import check_pinned, kernel_flags
 from experiments.datasets import load_dataset
 from experiments.families import FamilySpec, build_scenario, get_family
+from experiments.run_statistics import onset_series
 from experiments.scenario import OnsetRule, Scenario, TrainConfig
 from experiments.scripts import get_script
-from experiments.run_statistics import onset_series
 from neuraldbg.knobs import Knobs, make_knobs
 
 __all__ = ["run_scenario", "run_counterfactual", "expected_outcome", "measure_onset",
@@ -117,19 +118,23 @@ def seed_everything(seed: int) -> None:
 
 @contextlib.contextmanager
 def pinned_execution() -> Iterator[None]:
-    """One intra-op thread and deterministic algorithms for the block, then restored.
+    """One intra-op thread, deterministic algorithms and pinned kernels for the block.
 
     A matrix product split over more threads sums in another order, so its float32 result
     (and a knife-edge run's outcome) would depend on the machine's load and the worker count;
-    pinning inside the run, not in the caller, makes every entry point agree.
+    pinning inside the run, not in the caller, makes every entry point agree. The kernels are
+    those of :mod:`experiments.cpu_paths` (oneDNN and NNPACK off, ATen and oneMKL on their
+    AVX2 branch), so the run is also the same on another processor. Restored afterwards.
     """
+    check_pinned()
     threads = torch.get_num_threads()
     det = torch.are_deterministic_algorithms_enabled()
     warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True, warn_only=True)
     try:
-        yield
+        with kernel_flags():
+            yield
     finally:
         torch.use_deterministic_algorithms(det, warn_only=warn_only)
         torch.set_num_threads(threads)

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import os
 
-import pytest
-import torch
+from experiments.cpu_paths import pin_cpu_paths
+
+pin_cpu_paths()  # the zoo's code paths, before numpy and torch compute (experiments.cpu_paths)
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
 
 torch.set_num_threads(1)
 os.environ.setdefault("OMP_NUM_THREADS", "1")
