@@ -29,7 +29,10 @@ every slice -> failure type:
 
 The faults are dependent given the evidence (a failing run has one root cause, which
 explains the other faults away), so the abduction is stratified by the posterior root cause,
-and the strata are mixed by their posterior weights.
+and the strata are mixed by their posterior weights. A run that fails has a cause, as
+``explain`` reads the posterior (:func:`.cause_given_failure`): the mass the network leaves
+on a failure with root cause ``none``, a failure no knob could touch, goes to the causes in
+proportion to their share of that failure (:func:`_strata`).
 
 Consistency. The factual answer is the network's posterior, and the counterfactual is that
 posterior with each stratum's prediction in place of its factual share; both go through the
@@ -49,6 +52,7 @@ import numpy as np
 from causal_models import placement
 from causal_models.backend import normalised_joint
 from causal_models.evidence import clip_share, clipping_state, sigmoid_decay_state
+from causal_models.explanation import cause_given_failure
 from causal_models.fitted import FittedModel, check_is_fitted
 from causal_models.mechanisms import failure_under, root_cause_under
 from causal_models.registry import KNOB_NODES
@@ -337,6 +341,39 @@ def what_if(reasoner: FittedModel, trace: Trace, **knobs: Any) -> Counterfactual
         })
 
 
+def _strata(reasoner: FittedModel, evidence: dict[str, str]) -> tuple[list[str], np.ndarray]:
+    """The abduction's strata: P(root cause, failure type | trace), a failing run with a cause.
+
+    ``none`` is the root cause of a healthy run, and a run that fails has a cause
+    (registered or ``unknown``), as :func:`.cause_given_failure` reads it for ``explain``.
+    The network cannot say so itself (the failure type is a child of the slice states, not
+    of the root cause), so part of a failure's posterior lies on ``none``: a failure with no
+    cause, which no knob could touch. That mass goes to the causes in proportion to their
+    share of the failure, so a counterfactual reasons over the causes ``explain`` names.
+    Each failure type's total, and so the factual posterior, is unchanged.
+
+    Returns
+    -------
+    causes : list of str
+        The root-cause states (rows).
+    joint : numpy.ndarray of shape (n_causes, n_classes)
+        The joint posterior, columns in ``classes_`` order.
+    """
+    order, names, values = _joint(reasoner, ["root_cause", "failure_type"], evidence)
+    if order[0] != "root_cause":
+        values = values.T
+    classes = list(reasoner.classes_)
+    joint = values[:, [names["failure_type"].index(c) for c in classes]].copy()
+    causes = np.asarray(names["root_cause"])
+    for f, name in enumerate(classes):
+        if name == HEALTHY:
+            continue
+        given = cause_given_failure(joint[:, f], causes)
+        if given.sum() > 0:
+            joint[:, f] = given * joint[:, f].sum()
+    return [str(c) for c in causes], joint
+
+
 def _twin(reasoner: FittedModel, faults: list[str], evidence: dict[str, str],
           acted: dict[str, str], moves: dict[str, float], latent: set[str],
           features: dict[str, float]
@@ -361,21 +398,20 @@ def _twin(reasoner: FittedModel, faults: list[str], evidence: dict[str, str],
     prediction : dict
         Per stratum: the faults and the root cause after the action, and P(failure).
     """
-    _, names, values = _joint(reasoner, ["root_cause"], evidence)
     classes = list(reasoner.classes_)
+    causes, joint = _strata(reasoner, evidence)
     shift = np.zeros(len(classes))
     abduction: dict[str, Any] = {"root_cause": {}, "p_fault": {}}
     prediction: dict[str, Any] = {"p_fault": {}, "root_cause": {}, "p_failure": {}}
-    for cause, weight in zip(names["root_cause"], values, strict=False):
-        weight = float(weight)
+    for cause, row in zip(causes, joint, strict=False):
+        weight = float(row.sum())
         if weight < _MIN_STRATUM:
             continue
         stratum = {**evidence, "root_cause": str(cause)}
         q_new, q_old = _faults_under(reasoner, faults, stratum, evidence, acted, moves, latent,
                                      features)
         new_causes = root_cause_under(reasoner, str(cause), q_new, q_old)
-        _, ft_names, ft_values = _joint(reasoner, ["failure_type"], stratum)
-        p_ft = np.array([ft_values[ft_names["failure_type"].index(c)] for c in classes])
+        p_ft = row / weight
         after = failure_under(reasoner, evidence, str(cause), p_ft, new_causes)
         shift += weight * (after - p_ft)
         key = str(cause)
