@@ -150,8 +150,10 @@ def root_cause_under(reasoner: FittedModel, cause: str, q_new: dict[str, float],
     The run's own fault persists with the share of its mass the action keeps
     (``min(p, p') / p`` under the threshold mechanism), another fault appears with the mass
     the action adds to it; the root cause stays ``cause`` unless its fault goes or another
-    appears, and is otherwise read from the root-cause table under the acted faults. An
-    action that moves nothing keeps the root cause exactly.
+    appears, and is otherwise read from the root-cause table under the acted faults. A
+    cause without a fault node (a bug in the training code) never goes: where the faults
+    that appeared leave no cause, it is still the run's. An action that moves nothing keeps
+    the root cause exactly.
     """
     network = reasoner.network_
     rc_cpd = network.get_cpds("root_cause")
@@ -181,6 +183,13 @@ def root_cause_under(reasoner: FittedModel, cause: str, q_new: dict[str, float],
     if p_rc.sum() <= 0:
         return {cause: 1.0}
     p_rc = (1.0 - stay) * p_rc / p_rc.sum()
+    if own is None and cause != NO_CAUSE:
+        # the run's cause is a bug no knob removes: it still acts where the faults that
+        # appeared do not take over, so their share on "none" stays with it (else raising
+        # the learning rate would heal a bug's run: 0.99 -> 0.88 on the missing-zero-grad
+        # stratum of dead_relu_high_lr)
+        p_rc[names.index(cause)] += p_rc[names.index(NO_CAUSE)]
+        p_rc[names.index(NO_CAUSE)] = 0.0
     out = {n: float(v) for n, v in zip(names, p_rc, strict=False) if v > 1e-9}
     out[cause] = out.get(cause, 0.0) + stay
     return out
