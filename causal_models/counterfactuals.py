@@ -81,7 +81,8 @@ class Counterfactual:
     p_failure : float
         P(the run fails) under the intervention.
     failure_type : str
-        Most likely outcome under the intervention (a failure type, or ``"healthy"``).
+        The outcome under the intervention: ``"healthy"`` when ``p_failure < 0.5``, else the
+        most probable failure type.
     p_failure_types : dict of str to float
         Distribution over outcomes under the intervention.
     p_failure_types_factual : dict of str to float
@@ -326,7 +327,7 @@ def what_if(reasoner: FittedModel, trace: Trace, **knobs: Any) -> Counterfactual
         knobs=dict(knobs),
         p_failure_factual=float(1.0 - factual[healthy]),
         p_failure=float(1.0 - predicted[healthy]),
-        failure_type=str(classes[int(np.argmax(predicted))]),
+        failure_type=_outcome(predicted, classes, healthy),
         p_failure_types={c: float(p) for c, p in zip(classes, predicted, strict=False)},
         p_failure_types_factual={c: float(p) for c, p in zip(classes, factual, strict=False)},
         metadata={
@@ -372,6 +373,20 @@ def _strata(reasoner: FittedModel, evidence: dict[str, str]) -> tuple[list[str],
         if given.sum() > 0:
             joint[:, f] = given * joint[:, f].sum()
     return [str(c) for c in causes], joint
+
+
+def _outcome(proba: np.ndarray, classes: list[str], healthy: int) -> str:
+    """The outcome ``p_failure`` reads: the most probable failure type if the run fails.
+
+    ``p_failure >= 0.5`` is a failure, named by its most probable type even when "healthy"
+    is the single most probable class (0.50 spread over six types against 0.497 healthy);
+    below 0.5 the run is healthy.
+    """
+    if 1.0 - proba[healthy] < 0.5:
+        return HEALTHY
+    failing = proba.copy()
+    failing[healthy] = -np.inf
+    return str(classes[int(np.argmax(failing))])
 
 
 def _twin(reasoner: FittedModel, faults: list[str], evidence: dict[str, str],

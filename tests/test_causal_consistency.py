@@ -57,6 +57,21 @@ def test_a_real_change_moves_p_failure() -> None:
     assert cf.p_failure < cf.p_failure_factual - 0.3
 
 
+@pytest.mark.parametrize("family", ["lr_spike", "softmax_overflow", "deep_sigmoid",
+                                    "rnn_no_clip"])
+def test_the_named_outcome_is_the_one_p_failure_reads(family: str) -> None:
+    """"healthy" exactly when p_failure < 0.5, else the most probable failure type (a new
+    user found "healthy" beside p_failure 0.502: the failure mass spread over six types)."""
+    trace = _run(family)
+    for knobs in ({}, {"lr_scale": 0.1}, {"lr_scale": 0.2}, {"normalization": "batch"},
+                  {"activation": "relu"}, {"init_scale": 0.5}):
+        cf = ndb.what_if(trace, **knobs)
+        assert (cf.failure_type == "healthy") == (cf.p_failure < 0.5), (knobs, cf.p_failure)
+        if cf.failure_type != "healthy":
+            failing = {k: v for k, v in cf.p_failure_types.items() if k != "healthy"}
+            assert cf.failure_type == max(failing, key=failing.__getitem__)
+
+
 @pytest.mark.parametrize("family, scales, direction", [
     ("lr_too_high", (0.2, 0.5, 1.0, 2.0, 5.0, 10.0), +1),
     ("dead_relu_high_lr", (0.03, 0.1, 0.3, 1.0, 3.0), +1),
