@@ -54,10 +54,7 @@ def _cpu_seconds() -> float:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``python -m benchmarks``."""
-    from experiments.cpu_paths import pin_cpu_paths
-
-    pin_cpu_paths()  # before numpy's import and any torch operation; the workers inherit it
-    args = _parser().parse_args(argv)
+    args = _parser().parse_args(argv)  # the CPU code paths are pinned (benchmarks/__init__)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     import torch
 

@@ -32,18 +32,14 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from experiments.cpu_paths import pin_cpu_paths
+import torch
 
-pin_cpu_paths()  # before numpy's import: the shipped model is fitted on the pinned code paths
-
-import torch  # noqa: E402
-
-import causal_models  # noqa: E402
-from causal_models.network import ProbabilisticReasoner  # noqa: E402
-from experiments import get_family, list_families, run_scenario  # noqa: E402
-from experiments.run_statistics import health_report  # noqa: E402
-from experiments.runner import zoo_fingerprint  # noqa: E402
-from neuraldbg.trace import load_trace  # noqa: E402
+import causal_models
+from causal_models.network import ProbabilisticReasoner
+from experiments import get_family, list_families, run_scenario
+from experiments.run_statistics import health_report
+from experiments.runner import zoo_fingerprint
+from neuraldbg.trace import load_trace
 
 __all__ = ["zoo_run_specs", "run_zoo", "zoo_version", "with_family_labels", "load_zoo_traces",
            "main"]

@@ -75,3 +75,11 @@ def test_provenance_names_the_code_paths() -> None:
     paths = cpu_paths()
     assert paths["mkl_cbwr"] == os.environ["MKL_CBWR"]
     assert paths["aten_cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+
+
+def test_every_benchmark_command_computes_on_the_pinned_paths() -> None:
+    # what_if_check imports numpy at its top: the package pins before that
+    out = _python("import benchmarks.what_if_check\n"
+                  "from experiments.cpu_paths import cpu_paths\n"
+                  "print(cpu_paths()['numpy_pinned'])")
+    assert out.stdout.strip() == "True"
