@@ -32,6 +32,8 @@ from typing import Any, Literal
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from experiments.cpu_paths import PINNED_ENV
+
 __all__ = ["Executor", "LocalExecutor", "RayExecutor", "Task", "make_executor", "BACKENDS"]
 
 Task = tuple[Callable[..., Any], dict[str, Any]]
@@ -255,14 +257,15 @@ class RayExecutor(Executor):
             ) from exc
         self._ray = ray
         self._started = False
+        # a Ray worker imports numpy before any task runs: the CPU code paths travel in its
+        # environment (experiments.cpu_paths), as they do to a local worker process
+        env = {"OMP_NUM_THREADS": "1", **PINNED_ENV}
         if not ray.is_initialized():
             if address is None:
                 ray.init(num_cpus=self.workers, include_dashboard=False, log_to_driver=False,
-                         configure_logging=False,
-                         runtime_env={"env_vars": {"OMP_NUM_THREADS": "1"}})
+                         configure_logging=False, runtime_env={"env_vars": env})
             else:
-                ray.init(address=address, log_to_driver=False,
-                         runtime_env={"env_vars": {"OMP_NUM_THREADS": "1"}})
+                ray.init(address=address, log_to_driver=False, runtime_env={"env_vars": env})
             self._started = True
         if address is not None:  # the cluster's cores, for the harness's task split
             self.workers = max(1, int(ray.cluster_resources().get("CPU", self.workers)))

@@ -89,10 +89,11 @@ _warned = False
 
 
 def check_pinned() -> None:
-    """Warn once when ATen's capability is not the pinned one.
+    """Warn once when this process does not compute on the pinned code paths.
 
     It happens when the process computed with torch before :func:`pin_cpu_paths` ran (import
-    ``experiments`` first, or set ``ATEN_CPU_CAPABILITY=avx2`` in the environment), or on a
+    ``experiments`` first, or set ``ATEN_CPU_CAPABILITY=avx2`` in the environment), imported
+    numpy before it, set one of :data:`PINNED_ENV` to another value itself, or runs on a
     processor without AVX2; the runs then differ from the committed results in the last
     bits, and a run on a knife edge can change its outcome.
     """
@@ -102,6 +103,8 @@ def check_pinned() -> None:
     want = PINNED_ENV["ATEN_CPU_CAPABILITY"].upper()
     have = torch.backends.cpu.get_cpu_capability()
     late = [f"ATen capability {have}, not the pinned {want}"] if have != want else []
+    late += [f"{k}={os.environ.get(k)!r}, not {v!r}" for k, v in PINNED_ENV.items()
+             if k != "ATEN_CPU_CAPABILITY" and os.environ.get(k) != v]
     if _numpy_first:
         late.append("numpy imported before the pin (its SIMD and OpenBLAS kernels unpinned)")
     if late and not _warned:

@@ -18,9 +18,9 @@ _HAS_AVX2 = "avx2" in Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo")
     else False
 
 
-def _python(code: str) -> subprocess.CompletedProcess[str]:
+def _python(code: str, **extra: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k not in PINNED_ENV}
-    env["PYTHONPATH"] = str(ROOT)
+    env.update(extra, PYTHONPATH=str(ROOT))
     return subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True,
                           text=True, timeout=120, check=True)
 
@@ -83,3 +83,13 @@ def test_every_benchmark_command_computes_on_the_pinned_paths() -> None:
                   "from experiments.cpu_paths import cpu_paths\n"
                   "print(cpu_paths()['numpy_pinned'])")
     assert out.stdout.strip() == "True"
+
+
+def test_a_path_set_otherwise_in_the_environment_is_kept_and_warned() -> None:
+    out = _python("import warnings, experiments, os\n"
+                  "from experiments.runner import pinned_execution\n"
+                  "warnings.simplefilter('always')\n"
+                  "with pinned_execution(): pass\n"
+                  "print(os.environ['MKL_CBWR'])", MKL_CBWR="AUTO")
+    assert out.stdout.strip() == "AUTO"  # the user's setting stands ...
+    assert "MKL_CBWR='AUTO', not 'AVX2,STRICT'" in out.stderr  # ... and is named
