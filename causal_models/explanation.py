@@ -3,7 +3,8 @@
 One hypothesis per (failure type, root cause) pair worth naming, with the origin layer and
 step placed by :func:`causal_models.origin.locate_origin` and the rules' first event of the
 same failure (read as a sensor), and an honest ``unknown`` when the evidence shows a failure
-but does not single out its cause (:func:`name_undetermined_cause`).
+but does not single out its cause (:func:`name_undetermined_cause`). A failure whose type the
+evidence does not single out is still a failure (:func:`name_undetermined_type`).
 
 Causes are ranked by their posterior, never by the order the vocabulary lists them: two
 causes whose probabilities given the failure are equal (:func:`tied_causes`: their tables
@@ -27,7 +28,8 @@ from causal_models.structure import NO_CAUSE
 from neuraldbg.records import HEALTHY, Hypothesis
 from neuraldbg.trace import Trace
 
-__all__ = ["explain", "name_undetermined_cause", "cause_given_failure", "tied_causes",
+__all__ = ["explain", "name_undetermined_cause", "name_undetermined_type",
+           "cause_given_failure", "tied_causes",
            "TIE_TOLERANCE"]
 
 #: Causes listed under each failure type (at most), and the conditional probability a cause
@@ -72,7 +74,9 @@ def name_undetermined_cause(hyps: list[Hypothesis]) -> list[Hypothesis]:
     each tied cause stays below 0.5.
     """
     top = hyps[0]
-    p_ft = float(top.metadata["p_failure_type"])
+    # the failure being claimed: its type's posterior, or the run's P(failure) when the
+    # type itself is undetermined (name_undetermined_type)
+    p_ft = float(top.metadata.get("p_failure_claimed", top.metadata["p_failure_type"]))
     tied = top.metadata.get("tied_causes") or []
     if p_ft < 0.5 or (top.confidence >= 0.5 and not tied):
         return hyps
@@ -93,6 +97,45 @@ def name_undetermined_cause(hyps: list[Hypothesis]) -> list[Hypothesis]:
                                  f"{top.confidence:.2f}"))})
     rest = hyps[1:] if top.root_cause == "unknown" else hyps
     return [unknown, *rest]
+
+
+def name_undetermined_type(hyps: list[Hypothesis], p_failure: float,
+                           cause_share: dict[str, float]) -> list[Hypothesis]:
+    """Claim a failure whose type the evidence does not single out, by its likeliest type.
+
+    The evidence can show a failure (P(any failure) >= 0.5) and split it over failure types
+    none of which reaches 0.5: a GRU whose features were detached read plateau 0.49,
+    vanishing gradients 0.24, dead units 0.22, healthy 0.01, and read type by type no
+    hypothesis reached 0.5, so the run was judged healthy at 0.62. The top hypothesis keeps
+    its type (the most probable) and cause, and claims P(the run fails from that cause), its
+    P(failure) times P(cause | the run fails), as a run judged healthy carries P(any failure)
+    on each hypothesis; the types' posteriors are in ``metadata["failure_type_undetermined"]``
+    and ``metadata["p_failure_type"]`` stays the type's own. A cause that is undetermined too
+    is named ``unknown`` at P(failure) (:func:`name_undetermined_cause`).
+
+    Parameters
+    ----------
+    hyps : list of Hypothesis
+        The ranked hypotheses of a run judged failing.
+    p_failure : float
+        P(any failure) (calibrated).
+    cause_share : dict of str to float
+        P(root cause | the run fails), over every failure type.
+    """
+    top = hyps[0]
+    if p_failure < 0.5 or float(top.metadata["p_failure_type"]) >= 0.5:
+        return hyps
+    types: dict[str, float] = {}
+    for h in hyps:
+        types.setdefault(h.failure_type, round(float(h.metadata["p_failure_type"]), 4))
+    claim = min(1.0, p_failure * cause_share.get(top.root_cause, 0.0))
+    lifted = dataclasses.replace(top, confidence=max(top.confidence, claim), metadata={
+        **top.metadata, "p_failure_claimed": p_failure, "failure_type_undetermined": types,
+        "p_root_cause_given_failure": cause_share.get(top.root_cause, 0.0),
+        "reason": (f"the evidence shows a failure (posterior {p_failure:.2f}) but does not "
+                   f"single out its type: {top.failure_type} is the most probable at "
+                   f"{float(top.metadata['p_failure_type']):.2f}")})
+    return [lifted, *hyps[1:]]
 
 
 def cause_given_failure(joint_row: np.ndarray, root_causes: np.ndarray) -> np.ndarray:
@@ -212,5 +255,18 @@ def explain(model: FittedModel, trace: Trace) -> list[Hypothesis]:
                       "slices": [list(s) for s in disc.slices],
                       "evidence": dict(evidence), **tie}))
     if not judged_healthy and hyps:
+        hyps = name_undetermined_type(hyps, 1.0 - p_healthy,
+                                      _cause_share(model, joint, healthy))
         hyps = name_undetermined_cause(hyps)
     return sorted(hyps, key=lambda h: -h.confidence)
+
+
+def _cause_share(model: FittedModel, joint: np.ndarray, healthy: int) -> dict[str, float]:
+    """P(root cause | the run fails), over every failure type (each read as explain reads it)."""
+    total = np.zeros(len(model.root_causes_))
+    for i in range(len(model.classes_)):
+        if i != healthy:
+            total += cause_given_failure(joint[i], model.root_causes_) * float(joint[i].sum())
+    mass = float(total.sum())
+    return {str(c): float(v) / mass for c, v in zip(model.root_causes_, total, strict=False)
+            if mass > 0}

@@ -10,7 +10,12 @@ import experiments
 import neuraldbg as ndb
 from benchmarks.fit_default import with_family_labels
 from causal_models import ProbabilisticReasoner
-from causal_models.explanation import cause_given_failure, name_undetermined_cause, tied_causes
+from causal_models.explanation import (
+    cause_given_failure,
+    name_undetermined_cause,
+    name_undetermined_type,
+    tied_causes,
+)
 
 #: The bug held out of the fit and the runs the model learns from: the same bug in an MLP
 #: under SGD (its gradients blow up), a healthy CNN, and a plateau with another cause.
@@ -103,3 +108,31 @@ def test_causes_tied_in_the_posterior_are_a_tie_not_list_order() -> None:
     assert (out[0].root_cause, out[0].confidence) == ("unknown", 1.0)
     assert all(h.confidence < 0.5 for h in out[1:]) and len(out) == 3
     assert "tied" in out[0].metadata["reason"]
+
+
+def test_a_failure_split_over_types_is_still_a_failure() -> None:
+    """P(healthy) 0.01 with no failure type at 0.5 (a GRU whose features were detached:
+    plateau 0.49, vanishing 0.24, dead 0.22) was judged healthy at 0.62; the likeliest type
+    now claims P(the run fails from its cause)."""
+    def hyp(ft: str, p_ft: float, cause: str, share: float) -> ndb.Hypothesis:
+        return ndb.Hypothesis(ft, cause, "gru", 30, p_ft * share,
+                              {"p_failure_type": p_ft, "p_healthy": 0.01})
+
+    hyps = [hyp("training_plateau", 0.49, "gradient_blocked", 0.77),
+            hyp("vanishing_gradients", 0.24, "gradient_blocked", 0.77),
+            hyp("dead_neurons", 0.22, "gradient_blocked", 0.77)]
+    share = {"gradient_blocked": 0.77, "symmetric_init": 0.12}
+    out = name_undetermined_cause(name_undetermined_type(hyps, 0.99, share))
+    assert (out[0].failure_type, out[0].root_cause) == ("training_plateau", "gradient_blocked")
+    assert out[0].confidence == pytest.approx(0.99 * 0.77)
+    assert out[0].metadata["p_failure_type"] == 0.49  # the type's own posterior stays
+    assert out[0].metadata["failure_type_undetermined"] == {
+        "training_plateau": 0.49, "vanishing_gradients": 0.24, "dead_neurons": 0.22}
+    assert out[1:] == hyps[1:]
+    # the cause undetermined too: the failure is claimed with "unknown" at P(failure)
+    out = name_undetermined_cause(name_undetermined_type(hyps, 0.99, {"gradient_blocked": 0.4}))
+    assert (out[0].root_cause, out[0].confidence) == ("unknown", 0.99)
+    # a type that is shown, or a failure that is not, is left as it was
+    assert name_undetermined_type(hyps, 0.45, share) == hyps
+    shown = [hyp("training_plateau", 0.6, "gradient_blocked", 0.77)]
+    assert name_undetermined_type(shown, 0.99, share) == shown
