@@ -268,5 +268,6 @@ def _cause_share(model: FittedModel, joint: np.ndarray, healthy: int) -> dict[st
         if i != healthy:
             total += cause_given_failure(joint[i], model.root_causes_) * float(joint[i].sum())
     mass = float(total.sum())
-    return {str(c): float(v) / mass for c, v in zip(model.root_causes_, total, strict=False)
-            if mass > 0}
+    if mass <= 0:
+        return {}
+    return {str(c): float(v) / mass for c, v in zip(model.root_causes_, total, strict=False)}
