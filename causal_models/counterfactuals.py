@@ -175,17 +175,25 @@ def _clipping_under(trace: Trace, clip: float, evidence: dict[str, str],
     clip_share`), a clip above every norm changes nothing, one that caps the bursts only
     is ``peaks``, one that caps most steps ``tight``.
 
-    A run already clipped at ``c0`` recorded its norms after that cap: a looser ``clip``
-    cannot be judged from them, and keeps the run's observed clipping state.
+    A run already clipped at ``c0`` recorded its norms after that cap: its own clip or a
+    looser one cannot be judged from them, and keeps the run's observed clipping state. On
+    a run not clipped, a clip above every recorded (finite) norm never bites and keeps it
+    too, however close to the largest norm it lies (``clip_share`` counts a norm from
+    ``clip_engage`` of the clip as capped, which is for norms recorded at a cap).
     """
     bins = reasoner.bins
+    factual = evidence.get("clipping", "none")
     configured = (trace.meta.get("config") or {}).get("grad_clip")
-    if isinstance(configured, (int, float)) and configured > 0 and clip > configured:
-        return evidence.get("clipping", "none")
+    if isinstance(configured, (int, float)) and configured > 0 and clip >= configured:
+        return factual
     norms = trace.steps["grad_norm"].to_numpy(dtype=float) if "grad_norm" in trace.steps \
         else np.zeros(0)
     if not norms.size:
         return "peaks"
+    finite = norms[np.isfinite(norms)]
+    if not (isinstance(configured, (int, float)) and configured > 0) and (
+            not finite.size or clip > finite.max()):
+        return factual
     return clipping_state(clip_share(norms, clip, bins), bins)
 
 

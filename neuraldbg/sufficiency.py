@@ -8,7 +8,8 @@ told apart from the normal first steps of training (a loss that has not moved ye
 without a baseline to compare with), so its hypotheses are kept but scaled below 0.5
 (:func:`hedge`) and say why in their metadata: a thin trace gives no confident verdict.
 
-A training plateau is a loss that stopped improving: while the loss still falls clearly at
+A training plateau is a loss that stopped improving: in a run shorter than the heuristic's
+``plateau_min_steps`` (:func:`too_short_to_stall`) or while the loss still falls clearly at
 the end of the run (:func:`still_improving`), the run has not shown one yet, whatever else
 looks slow (a short run early in training), and when several optimizers step each step
 (:func:`adversarial_loss`: a GAN's players, whose summed loss stays flat at equilibrium) a
@@ -32,6 +33,7 @@ from neuraldbg.trace import Trace
 
 __all__ = ["MIN_STEPS", "HEDGED_CONFIDENCE", "TAIL_SHARE", "TREND_MIN_POINTS", "TREND_ALPHA",
            "usable_trace", "thin_evidence", "still_improving", "adversarial_loss",
+           "too_short_to_stall",
            "plateau_unclaimable", "hedge", "hedge_failure"]
 
 #: Fewest finished steps for a confident verdict. The State Classifier compares each layer
@@ -93,10 +95,12 @@ def still_improving(trace: Trace, config: ThresholdConfig | None = None) -> str 
     """Why the loss is still falling at the end of the run, or ``None`` when it is not.
 
     Over the last :data:`TAIL_SHARE` of the finite losses (the whole run when that is under
-    :data:`TREND_MIN_POINTS` losses), the loss falls when both hold: Kendall's trend test
-    finds a decrease (one-sided, p < :data:`TREND_ALPHA`: a minibatch loss's noise alone does
-    not pass it) and the Theil-Sen line drops by ``plateau_improvement`` or more of its start
-    across that span (the share a whole run must improve by not to count as stalled).
+    :data:`TREND_MIN_POINTS` losses), the loss falls when Kendall's trend test finds a
+    decrease (one-sided, p < :data:`TREND_ALPHA`: a minibatch loss's noise alone does not
+    pass it) and either the Theil-Sen line drops by ``plateau_improvement`` or more of its
+    start across that span (the share a whole run must improve by not to count as stalled),
+    or the whole run already improved by that share (first and last ``plateau_window``
+    medians, as the heuristic's plateau rule measures it).
     """
     cfg = config or ThresholdConfig()
     loss = trace.steps["loss"].to_numpy(dtype=float)
@@ -111,10 +115,18 @@ def still_improving(trace: Trace, config: ThresholdConfig | None = None) -> str 
         return None
     slope, intercept = stats.theilslopes(tail, x)[:2]
     start, end = intercept, intercept + slope * x[-1]
-    if not start > 0 or (start - end) / start < cfg.plateau_improvement:
-        return None
-    return (f"the loss is still falling at the end of the run ({start:.4g} -> {end:.4g} over "
-            f"its last {len(tail)} steps): too early to call it a plateau")
+    if start > 0 and (start - end) / start >= cfg.plateau_improvement:
+        return (f"the loss is still falling at the end of the run ({start:.4g} -> {end:.4g} "
+                f"over its last {len(tail)} steps): too early to call it a plateau")
+    # a slower fall in a run that has already improved by the share a stall may not: the
+    # heuristic's own plateau needs the whole run to improve by less (a healthy run read
+    # at step 30, its loss 2.30 -> 1.98 and falling faster, was a plateau at 0.92)
+    window = max(1, int(round(cfg.plateau_window * len(loss))))
+    first, last = float(np.median(loss[:window])), float(np.median(loss[-window:]))
+    if first > 0 and (first - last) / first >= cfg.plateau_improvement:
+        return (f"the loss fell from {first:.4g} to {last:.4g} over the run and is still "
+                "falling: it has not stalled")
+    return None
 
 
 def adversarial_loss(trace: Trace) -> str | None:
@@ -131,9 +143,27 @@ def adversarial_loss(trace: Trace) -> str | None:
     return None
 
 
+def too_short_to_stall(trace: Trace, config: ThresholdConfig | None = None) -> str | None:
+    """Why the run is too short to show a plateau, or ``None``.
+
+    Fewer finite losses than ``plateau_min_steps``: the first steps of a healthy run move the
+    loss little (a momentum still building up, a warm-up), so the heuristic never judges so
+    short a run stalled, and no method may (a healthy MLP at SGD lr 0.05 with momentum, read
+    after 5 to 15 steps, was a plateau at 0.97 for the causal model).
+    """
+    cfg = config or ThresholdConfig()
+    loss = trace.steps["loss"].to_numpy(dtype=float)
+    n = int(np.isfinite(loss).sum())
+    if n >= cfg.plateau_min_steps:
+        return None
+    return (f"only {n} finite losses recorded (fewer than {cfg.plateau_min_steps}): too few "
+            "to tell a stall from the first steps of training")
+
+
 def plateau_unclaimable(trace: Trace, config: ThresholdConfig | None = None) -> str | None:
     """Why no method may claim a training plateau on this run (see the module notes)."""
-    return adversarial_loss(trace) or still_improving(trace, config)
+    return (adversarial_loss(trace) or too_short_to_stall(trace, config)
+            or still_improving(trace, config))
 
 
 def hedge_failure(hypotheses: list[Hypothesis], failure_type: str,

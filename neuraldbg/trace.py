@@ -383,6 +383,10 @@ def _stale_lock(lock: Path) -> bool:
     return False
 
 
+#: Columns without which a chunk is not a chunk of that table (older schemas have them too).
+_KEY_COLUMNS = {"steps": ("step", "loss"), "stats": ("step", "module_name")}
+
+
 def _read_parts(root: Path, sub: str, columns: Iterable[str]) -> pd.DataFrame:
     parts = sorted((root / sub).glob("part-*.parquet"))
     frames = []
@@ -390,12 +394,20 @@ def _read_parts(root: Path, sub: str, columns: Iterable[str]) -> pd.DataFrame:
         if sub == "stats" and not (root / "steps" / part.name).exists():
             continue  # a stats chunk whose steps chunk was never written: the run died between
         try:
-            frames.append(pq.read_table(part).to_pandas())
+            frame = pq.read_table(part).to_pandas()
         except (pa.ArrowInvalid, OSError) as exc:
             raise TraceFormatError(
                 f"Trace chunk {part} is unreadable ({exc}). The file is truncated or not "
                 "Parquet; delete it to load the remaining chunks."
             ) from exc
+        missing = [c for c in _KEY_COLUMNS.get(sub, ()) if c not in frame.columns]
+        if missing:
+            raise TraceFormatError(
+                f"Trace chunk {part} has no {' or '.join(map(repr, missing))} column: it is not "
+                f"a {sub} chunk of a NeuralDBG trace (a file copied into the wrong folder?). "
+                "Put back the chunk the run wrote, or delete it to load the others."
+            )
+        frames.append(frame)
     if not frames:
         return pd.DataFrame({c: pd.Series(dtype="float64") for c in columns})
     return pd.concat(frames, ignore_index=True)
@@ -460,8 +472,9 @@ def load_trace(path: str | os.PathLike[str]) -> Trace:
     Raises
     ------
     TraceFormatError
-        If the directory, ``meta.json`` or ``modules.parquet`` is missing or unreadable, or
-        the directory is not a NeuralDBG trace.
+        If the directory, ``meta.json``, ``modules.parquet`` or ``stats/`` is missing or
+        unreadable, a chunk is not one of its table's, or the directory is not a NeuralDBG
+        trace.
     SchemaVersionError
         If the trace was written with a newer schema than this version reads.
     """
@@ -491,6 +504,12 @@ def load_trace(path: str | os.PathLike[str]) -> Trace:
             f"{meta.get('format') if isinstance(meta, dict) else None!r}, expected "
             f"{TRACE_FORMAT!r})."
         )
+    if meta.get("config") is not None and not isinstance(meta["config"], dict):
+        raise TraceFormatError(
+            f"{meta_path}: 'config' must be a JSON object (the run metadata passed as "
+            f"NeuralDbg(config={{...}})), got {type(meta['config']).__name__}; the file was "
+            "edited or damaged."
+        )
     version = meta.get("schema_version")
     if not isinstance(version, int):
         raise TraceFormatError(f"{meta_path} has no integer 'schema_version' (got {version!r}).")
@@ -506,6 +525,12 @@ def load_trace(path: str | os.PathLike[str]) -> Trace:
         raise TraceFormatError(
             f"{modules_path} is missing or unreadable ({exc}); the trace directory is incomplete."
         ) from exc
+    if any((root / "steps").glob("part-*.parquet")) and not (root / "stats").is_dir():
+        raise TraceFormatError(
+            f"{root / 'stats'} is missing: {root} holds steps but no per-module statistics "
+            "(a partial copy?). Copy the whole trace directory (meta.json, modules.parquet, "
+            "steps/ and stats/)."
+        )
     steps = _read_parts(root, "steps", STEP_COLUMNS)
     stats = _read_parts(root, "stats", STAT_COLUMNS)
     if len(steps):

@@ -66,3 +66,24 @@ def test_what_if_clip_value_is_compared_with_the_recorded_norms(rnn_run) -> None
         rerun = experiments.run_scenario("rnn_no_clip", seed=0, grad_clip=clip)
         failed = not run_statistics.health_report(rerun)["healthy"]
         assert (cf.p_failure >= 0.5) == failed, (clip, cf.p_failure)
+
+
+def test_a_clip_just_above_the_largest_recorded_norm_changes_nothing(rnn_run) -> None:
+    """The contract's no-op: a threshold above every recorded norm never bites, however
+    close to the largest it lies; one just below it caps that step (the peaks)."""
+    model = causal_models.load_default_model()
+    norms = rnn_run.steps["grad_norm"].to_numpy(dtype=float)
+    peak = float(np.max(norms[np.isfinite(norms)]))
+    as_is = model.what_if(rnn_run)
+    for factor in (1.0001, 1.005):
+        cf = model.what_if(rnn_run, grad_clip=peak * factor)
+        assert cf.metadata["no_op"] and cf.p_failure == as_is.p_failure_factual
+    below = model.what_if(rnn_run, grad_clip=peak * 0.999)
+    assert below.metadata["action"]["clipping"] == "peaks"
+
+
+def test_a_run_clipped_at_c_is_unchanged_by_its_own_clip() -> None:
+    clipped = experiments.run_scenario("rnn_no_clip", seed=0, grad_clip=0.5)
+    model = causal_models.load_default_model()
+    same = model.what_if(clipped, grad_clip=0.5)
+    assert same.metadata["no_op"] and same.p_failure == same.p_failure_factual

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -38,6 +39,17 @@ def runs(tmp_path_factory):
     zoo_trace("lr_too_high").save(root / "failing")
     (root / "not_a_trace").mkdir()
     (root / "not_a_trace" / "meta.json").write_text('{"format": "something-else"}')
+    # traces whose files parse but hold the wrong content (a new user's damaged copies)
+    healthy = root / "healthy"
+    for name in ("steps_of_modules", "stats_of_steps", "config_string", "no_stats"):
+        shutil.copytree(healthy, root / name)
+    shutil.copy(healthy / "modules.parquet", root / "steps_of_modules/steps/part-000000.parquet")
+    shutil.copy(healthy / "steps/part-000000.parquet",
+                root / "stats_of_steps/stats/part-000000.parquet")
+    meta = json.loads((healthy / "meta.json").read_text())
+    (root / "config_string/meta.json").write_text(json.dumps({**meta, "config": "x"}))
+    shutil.rmtree(root / "no_stats/stats")
+    _record(root / "thin", steps=3)
     return root
 
 
@@ -124,6 +136,13 @@ BAD = {
     "not_a_trace": (["explain", "{not_a_trace}"], "does not describe a NeuralDBG trace"),
     "unknown_command": (["frobnicate", "{failing}"], "invalid choice"),
     "no_run": (["show"], "required: RUN"),
+    "steps_chunk_of_another_table": (["show", "{root}/steps_of_modules"],
+                                     "has no 'step' or 'loss' column"),
+    "stats_chunk_of_another_table": (["explain", "{root}/stats_of_steps"],
+                                     "has no 'module_name' column"),
+    "config_not_an_object": (["what-if", "--lr-scale", "0.1", "{root}/config_string"],
+                             "'config' must be a JSON object"),
+    "stats_dir_missing": (["explain", "{root}/no_stats"], "stats is missing"),
 }
 
 
@@ -190,3 +209,12 @@ def test_what_if_warns_when_the_run_shows_a_bug_no_knob_names(tmp_path, capsys):
 def test_what_if_says_no_caveat_on_a_run_without_such_a_bug(runs, capsys):
     assert main(["what-if", "--json", "--lr-scale", "0.1", str(runs / "failing")]) == 0
     assert json.loads(capsys.readouterr().out)["caveat"] == ""
+
+
+def test_what_if_on_a_thin_trace_says_it_is_no_verdict(runs, capsys):
+    """3 steps: explain claims nothing, and what-if's numbers come with that caution."""
+    assert main(["what-if", "--lr-scale", "0.1", str(runs / "thin")]) == 0
+    out = capsys.readouterr().out
+    assert "Caution: only 3 finished step(s) recorded" in out and "guess" in out
+    assert main(["what-if", "--lr-scale", "0.1", str(runs / "healthy")]) == 0
+    assert "Caution" not in capsys.readouterr().out

@@ -38,6 +38,39 @@ def test_a_handful_of_steps_gives_no_confident_verdict(method: str, steps: int) 
         assert "finished step" in ndb.what_if(dbg.trace, lr_scale=0.1).metadata["thin_evidence"]
 
 
+def test_a_healthy_run_read_early_is_no_plateau_yet() -> None:
+    """SGD lr 0.05 with momentum on the digits: the loss barely moves for the first dozen
+    steps while the momentum builds up, then falls. Read at step 10 (fewer steps than any
+    plateau needs) and at step 30 (the loss down 14% and falling faster), neither method
+    may call it stalled."""
+    from sklearn.datasets import load_digits
+
+    x_all, y_all = load_digits(return_X_y=True)
+    x_all = torch.tensor(x_all, dtype=torch.float32) / 16.0
+    y_all = torch.tensor(y_all)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(),
+                          nn.Linear(64, 10))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    g = torch.Generator().manual_seed(0)
+    read: dict[int, dict[str, list]] = {}
+    with ndb.NeuralDbg(model, optimizer=opt) as dbg:
+        for step in range(30):
+            idx = torch.randint(0, len(x_all), (64,), generator=g)
+            opt.zero_grad()
+            loss = nn.functional.cross_entropy(model(x_all[idx]), y_all[idx])
+            loss.backward()
+            opt.step()
+            dbg.step(loss)
+            if step + 1 in (10, 30):
+                read[step + 1] = {m: dbg.explain_failure(method=m) for m in METHODS}
+    loss = dbg.trace.steps["loss"].to_numpy()
+    assert loss[-5:].mean() < 0.9 * loss[:5].mean()  # it is learning
+    for n, by_method in read.items():
+        for method, hyps in by_method.items():
+            assert all(h.confidence < 0.5 for h in hyps), (n, method, hyps[:1])
+
+
 def test_a_thin_diverged_run_is_still_named_but_not_claimed() -> None:
     """A rate of 1e4 blows up at once: the failure is ranked, but below 0.5."""
     dbg = train(_mlp(), 3, lr=1e4)

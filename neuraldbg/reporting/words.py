@@ -338,14 +338,20 @@ def knobs_words(knobs: Mapping[str, Any]) -> str:
 def what_if_caveat(metadata: Mapping[str, Any]) -> str:
     """What the user should check before trusting a counterfactual, or ``""``.
 
-    From ``metadata["outside_vocabulary"]`` (set by :func:`neuraldbg.what_if`): a bug the
-    trace shows that none of the model's knobs or causes names.
+    From ``metadata`` as :func:`neuraldbg.what_if` sets it: ``"thin_evidence"``, a trace too
+    short for a verdict, and ``"outside_vocabulary"``, a bug the trace shows that none of the
+    model's knobs or causes names.
     """
+    notes = []
+    thin = metadata.get("thin_evidence")
+    if isinstance(thin, str) and thin:
+        notes.append(f"Caution: {thin.rstrip('.')}. Read both probabilities as a guess: "
+                     "the trace is too short for a verdict on this run.")
     said = metadata.get("outside_vocabulary")
-    if not isinstance(said, str) or not said:
-        return ""
-    return (f"Caution: {said} The causal model has no knob or cause for this, so its answer "
-            "may not hold for this run.")
+    if isinstance(said, str) and said:
+        notes.append(f"Caution: {said} The causal model has no knob or cause for this, so its "
+                     "answer may not hold for this run.")
+    return " ".join(notes)
 
 
 def what_if_meaning(p_before: float, p_after: float, outcome: str,
