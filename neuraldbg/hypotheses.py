@@ -221,9 +221,16 @@ def _explain_away(by: dict[str, Symptom], names: list[str], w: HypothesisWeights
                 continue
             blocks = cause in ("dead_neurons", "saturated_activations")
             if blocks and effect == "vanishing_gradients":
-                # Only a block downstream of (or at) the vanished layers explains them.
-                if b.origin_layer in names and a.origin_layer in names and (
-                        names.index(b.origin_layer) > names.index(a.origin_layer)):
+                # Only a block downstream of (or at) the vanished layers explains them. Dead
+                # units block in every layer the death reached (a ReLU MLP whose biases all
+                # start at -5 dies in each hidden layer: the last one zeroes every gradient
+                # upstream of it); saturation is judged at its origin, as the vocabulary
+                # names a deep sigmoid stack's stall vanishing gradients.
+                blocked = [a.origin_layer]
+                if cause == "dead_neurons" and a.propagation is not None:
+                    blocked += list(a.propagation.path)
+                at = [names.index(x) for x in blocked if x in names]
+                if b.origin_layer in names and at and names.index(b.origin_layer) > max(at):
                     continue
             pa = a.probability
             # A transient instability does not explain away a failure that lasts to the

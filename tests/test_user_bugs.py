@@ -618,3 +618,19 @@ def test_batchnorm_with_learned_scales_in_train_mode_is_not_read_as_eval() -> No
         hyps = ndb.explain(trace, method=method)
         assert hyps and hyps[0].confidence >= 0.5, (method, hyps[:2])
         assert "model.train()" not in str(hyps[0].metadata.get("hint", "")), (method, hyps[0])
+
+
+def test_biases_that_kill_every_hidden_layer_are_dead_units_not_missing_normalization() -> None:
+    """Both hidden ReLU layers of an MLP start with biases at -5: every unit is dead from
+    step 0, so every gradient upstream of the last dead layer is zero. The zero gradients are
+    the dead layers' doing: the dead units come first, with the bias as their cause."""
+    model = _mlp()
+    with torch.no_grad():
+        model[0].bias.fill_(-5.0)
+        model[2].bias.fill_(-5.0)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    trace = _train(model, opt, F.cross_entropy, Y)
+    assert (trace.stat("act_frac_dead")[["1", "3"]] == 1.0).all().all()
+    top, hyps = _top(trace), ndb.explain(trace)
+    assert (top.failure_type, top.root_cause) == ("dead_neurons", "negative_bias_init")
+    assert all(h.confidence < 0.5 for h in hyps[1:])
