@@ -100,7 +100,8 @@ def still_improving(trace: Trace, config: ThresholdConfig | None = None) -> str 
     pass it) and either the Theil-Sen line drops by ``plateau_improvement`` or more of its
     start across that span (the share a whole run must improve by not to count as stalled),
     or the whole run already improved by that share (first and last ``plateau_window``
-    medians, as the heuristic's plateau rule measures it).
+    medians, as the heuristic's plateau rule measures it) and its end falls no slower, per
+    step, than the run did on average (it is not slowing down onto a floor).
     """
     cfg = config or ThresholdConfig()
     loss = trace.steps["loss"].to_numpy(dtype=float)
@@ -118,12 +119,14 @@ def still_improving(trace: Trace, config: ThresholdConfig | None = None) -> str 
     if start > 0 and (start - end) / start >= cfg.plateau_improvement:
         return (f"the loss is still falling at the end of the run ({start:.4g} -> {end:.4g} "
                 f"over its last {len(tail)} steps): too early to call it a plateau")
-    # a slower fall in a run that has already improved by the share a stall may not: the
-    # heuristic's own plateau needs the whole run to improve by less (a healthy run read
-    # at step 30, its loss 2.30 -> 1.98 and falling faster, was a plateau at 0.92)
+    # a slower fall in a run that has already improved by the share a stall may not, and
+    # whose end falls at least as fast as the run did on average (a healthy run read at step
+    # 30, its loss 2.30 -> 1.98 and falling faster, was a plateau at 0.92); a loss that
+    # slows down onto a floor (softmax before the cross-entropy) is not kept from the rules
     window = max(1, int(round(cfg.plateau_window * len(loss))))
     first, last = float(np.median(loss[:window])), float(np.median(loss[-window:]))
-    if first > 0 and (first - last) / first >= cfg.plateau_improvement:
+    if (start > 0 and first > 0 and (first - last) / first >= cfg.plateau_improvement
+            and (start - end) / start / len(tail) >= (first - last) / first / len(loss)):
         return (f"the loss fell from {first:.4g} to {last:.4g} over the run and is still "
                 "falling: it has not stalled")
     return None
