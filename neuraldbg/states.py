@@ -232,7 +232,13 @@ def _gradient_measures(t: dict[str, np.ndarray], observed: np.ndarray, trainable
         last_idx = n_m - 1 - np.argmax(grad_observed[:, ::-1], axis=1)
         g_out = np.where(grad_observed.any(axis=1), g_fin[np.arange(n_s), last_idx], np.nan)
         depth_ratio = g_fin / np.where(g_out > 0, g_out, np.nan)[:, None]
-        base = _early_baseline(g_fin, grad_observed & (g_fin > 0), cfg.baseline_steps, "min")
+        # A module's own baseline is its early gradient where it registers on the network's
+        # scale (ratio to the step's largest at or above ``baseline_floor``): a gradient that
+        # cancels out at step 0 (units that are copies of each other) and is ordinary from
+        # step 1 on did not grow a million-fold. A module below that scale for all of its
+        # first steps keeps the floor below.
+        measurable = grad_observed & (g_fin > 0) & (ratio >= cfg.baseline_floor)
+        base = _early_baseline(g_fin, measurable, cfg.baseline_steps, "min")
         ref_base = _early_baseline(g_ref[:, None], np.isfinite(g_ref)[:, None],
                                    cfg.baseline_steps, "min")[0]
         base = np.fmax(base, cfg.baseline_floor * ref_base)
