@@ -17,7 +17,7 @@ import numpy as np
 from causal_models.bins import NORMALIZATION_STATES, Bins
 from neuraldbg.trace import Trace
 
-__all__ = ["observe_knobs", "observe_stack", "sigmoid_decay", "clip_share", "clipping_state",
+__all__ = ["observe_knobs", "observe_stack", "observe_cause_signs", "sigmoid_decay", "clip_share", "clipping_state",
            "sigmoid_decay_state", "rule_verdict", "rule_strength",
            "RULE_HEALTHY", "RULE_NO_CAUSE", "RULE_STRENGTH_STATES", "RULE_STRENGTH_EDGES"]
 
@@ -264,6 +264,67 @@ def observe_stack(trace: Trace, facts: Any, bins: Bins | None = None
     decades = sigmoid_decay(float(facts.init_gain), hidden)
     return ({"sigmoid_decay": sigmoid_decay_state(decades, bins)},
             {"sigmoid_decay": decades, "hidden_layers": float(hidden)})
+
+
+def observe_cause_signs(trace: Trace, facts: Any, bins: Bins | None = None
+                        ) -> tuple[dict[str, str], dict[str, float]]:
+    """What the run shows of its cause directly (the ``cause_evidence`` nodes).
+
+    ``weight_rows``: ``identical`` when a weight matrix's rows are copies of each other at
+    enter and at the latest flush (the heuristic's ``symmetric_modules``), else ``diverse``;
+    ``unknown`` when the capture did not measure it (no weight matrix, an older trace).
+    ``dead_onset``: ``start`` when a rectifier layer has more than ``bins.dead_frac`` of its
+    units dead at its first recorded step (before any update could kill them), ``silent``
+    when it is dead there because its input is exactly zero, else ``other`` (units that die
+    only later, or never).
+
+    Parameters
+    ----------
+    trace : Trace
+    facts : neuraldbg.run_facts.RunFacts
+        The heuristic reasoner's run facts (the weight-row diversity).
+    bins : Bins, optional
+
+    Returns
+    -------
+    states, features : dict
+    """
+    from causal_models.bins import Bins
+
+    b = bins or Bins()
+    states: dict[str, str] = {}
+    features: dict[str, float] = {}
+    states["weight_rows"] = ("unknown" if not math.isfinite(float(facts.row_diversity))
+                             else "identical" if facts.symmetric_modules else "diverse")
+    features["weight_rows"] = float(facts.row_diversity)
+    states["dead_onset"] = _dead_onset(trace, b.dead_frac)
+    return states, features
+
+
+def _dead_onset(trace: Trace, dead_frac: float) -> str:
+    """When rectifier units died (see :func:`observe_cause_signs`).
+
+    At the first recorded step, a dead layer fed by outputs that are negative on average is
+    ``start`` (a bias or weights that switch the units off); one fed by outputs exactly zero
+    is ``silent`` (weights that compute nothing: an all-zero initialisation).
+    """
+    mods = trace.modules
+    if "activation_family" not in mods or not len(trace.stats):
+        return "other"
+    names = mods["module_name"].astype(str).tolist()
+    rect = mods.loc[mods["activation_family"].astype(str) == "relu", "module_name"]
+    stats = trace.stats
+    # (one row per module: a merged multi-rank trace has one per rank)
+    first = stats[stats["step"] == stats["step"].min()].groupby("module_name")[
+        ["act_frac_dead", "act_mean"]].mean()
+    for name in rect.astype(str):
+        if name not in first.index or not float(first.at[name, "act_frac_dead"]) > dead_frac:
+            continue
+        i = names.index(name)
+        feed = names[i - 1] if i > 0 else None
+        drive = float(first.at[feed, "act_mean"]) if feed in first.index else math.nan
+        return "silent" if drive == 0.0 else "start"
+    return "other"
 
 
 #: States of the rule-evidence nodes that are not failure types or root causes.

@@ -14,7 +14,13 @@ from typing import Any
 
 from causal_models.bins import Bins
 from causal_models.discretize import Discretized, discretize
-from causal_models.evidence import RULE_NO_CAUSE, observe_knobs, observe_stack, rule_verdict
+from causal_models.evidence import (
+    RULE_NO_CAUSE,
+    observe_cause_signs,
+    observe_knobs,
+    observe_stack,
+    rule_verdict,
+)
 from neuraldbg.methods import heuristic_diagnosis
 from neuraldbg.trace import Trace
 
@@ -76,6 +82,9 @@ def _observe(trace: Trace, n_slices: int, n_blocks: int, bins: Bins | None,
     stack, stack_features = observe_stack(trace, diagnosis.facts, bins)
     disc.states.update(stack)
     disc.features.update(stack_features)
+    signs, sign_features = observe_cause_signs(trace, diagnosis.facts, bins)
+    disc.states.update(signs)
+    disc.features.update(sign_features)
     if rule_evidence:
         verdict = rule_verdict(trace, diagnosis.hypotheses)
         if verdict["rule_cause"] not in set(cause_states):

@@ -5,6 +5,10 @@
   init gain read ``init_level``, the input scale reads ``input_level``.
 - **Run evidence** (children of ``failure_type``, and of the faults that sign it): progress,
   gradient spikes, the early gradient ratio.
+- **Cause evidence** (children of ``root_cause``): what a run shows of a cause that no knob
+  or failure type carries: the weight rows copies of each other from the start (a symmetric
+  initialisation), rectifier units dead before the first update or only later (a bias that
+  switches them off at init, against dynamics that kill them).
 - **The rules' verdict** (``rule_strength``, ``rule_failure``, ``rule_cause``): the heuristic
   reasoner's graded top hypothesis, a noisy sensor of the failure type and the cause.
 """
@@ -32,8 +36,8 @@ from causal_models.priors import NO_CAUSE, PRIOR_SHAPE, NodeTables, normalised
 from causal_models.registry import CauseFragment, FailureMode
 from neuraldbg.records import HEALTHY
 
-__all__ = ["KNOB_EVIDENCE", "RUN_EVIDENCE", "check_signs", "add_knob_evidence",
-           "add_run_evidence", "add_rule_nodes"]
+__all__ = ["KNOB_EVIDENCE", "RUN_EVIDENCE", "CAUSE_EVIDENCE", "check_signs",
+           "add_knob_evidence", "add_run_evidence", "add_cause_evidence", "add_rule_nodes"]
 
 #: Knob evidence: node -> (parent, states, {parent state: {state: weight}}).
 KNOB_EVIDENCE: dict[str, tuple[str, tuple[str, ...], dict[str, dict[str, float]]]] = {
@@ -69,6 +73,25 @@ KNOB_EVIDENCE: dict[str, tuple[str, tuple[str, ...], dict[str, dict[str, float]]
 #: add its fault as a parent).
 RUN_EVIDENCE: dict[str, tuple[str, ...]] = {
     "progress": PROGRESS_STATES, "spikes": SPIKE_STATES, "grad_ratio": GRAD_RATIO_STATES}
+#: Cause evidence: node -> (states, prior P(state | any cause), {cause: P(state | cause)}).
+#: The priors say what the mechanism implies; the zoo's runs fit the tables.
+CAUSE_EVIDENCE: dict[str, tuple[tuple[str, ...], dict[str, float],
+                                dict[str, dict[str, float]]]] = {
+    # identical weight rows stay identical under training (every unit gets the same
+    # gradient): only a symmetric initialisation shows them
+    # (``unknown``: not measured, equally likely under every cause)
+    "weight_rows": (("diverse", "identical", "unknown"),
+                    {"diverse": 0.99, "identical": 0.01, "unknown": 0.1},
+                    {"symmetric_init": {"identical": 0.9, "diverse": 0.1, "unknown": 0.1}}),
+    # a negative bias switches units off before any update; weights that are all zero feed
+    # them exactly zero (silent). Units that die later, or never, are ``other``: the rate,
+    # the init scale or the inputs kill them through the updates, too many causes for one
+    # state to tell apart (it would favour the causes the zoo has the most runs of)
+    "dead_onset": (("other", "start", "silent"),
+                   {"other": 0.9, "start": 0.09, "silent": 0.01},
+                   {"negative_bias_init": {"start": 0.8, "silent": 0.01, "other": 0.2},
+                    "symmetric_init": {"other": 0.65, "start": 0.05, "silent": 0.3}}),
+}
 #: Knob evidence that reads a steady learning rate (uninformative about the level a schedule
 #: spike reaches: the node also hangs on ``lr_schedule``).
 STEADY_RATE_EVIDENCE: frozenset[str] = frozenset({"update", "lr_config"})
@@ -154,6 +177,18 @@ def add_run_evidence(nodes: NodeTables, causes: list[CauseFragment],
         signs = {c.fault_node: c.signs[node] for c in causes if node in c.signs}
         nodes.add(node, sts, tuple(sorted(("failure_type", *signs))), "run_evidence",
                   _run_evidence_row(mode_of, node, sts, signs))
+
+
+def add_cause_evidence(nodes: NodeTables, rc_states: tuple[str, ...]) -> None:
+    """What a run shows of its cause directly (:data:`CAUSE_EVIDENCE`), children of the cause."""
+    for node, (sts, default, by_cause) in CAUSE_EVIDENCE.items():
+        def row(root_cause: str, sts: tuple[str, ...] = sts,
+                default: dict[str, float] = default,
+                by_cause: dict[str, dict[str, float]] = by_cause) -> np.ndarray:
+            return normalised(by_cause.get(root_cause, default), sts,
+                              PRIOR_SHAPE.evidence_floor)
+
+        nodes.add(node, sts, ("root_cause",), "cause_evidence", row)
 
 
 def add_rule_nodes(nodes: NodeTables, ft_states: tuple[str, ...], rc_states: tuple[str, ...],

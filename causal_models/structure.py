@@ -54,6 +54,7 @@ from causal_models.registry import (
     list_root_causes,
 )
 from causal_models.sensors import (
+    add_cause_evidence,
     add_knob_evidence,
     add_rule_nodes,
     add_run_evidence,
@@ -109,8 +110,8 @@ class Structure:
         Node -> parents, sorted by name (pgmpy's column order for conditional tables).
     roles : dict of str to str
         Node -> role: ``knob``, ``latent_knob``, ``context``, ``trait``, ``knob_evidence``,
-        ``fault``, ``root_cause``, ``failure_type``, ``rule_evidence``, ``run_evidence``
-        or ``slice``.
+        ``fault``, ``root_cause``, ``cause_evidence``, ``failure_type``, ``rule_evidence``,
+        ``run_evidence`` or ``slice``.
     prior : dict of str to numpy.ndarray
         Node -> pseudo-counts, shape ``(n_states, prod(parent cards))``, parent configurations
         in ``itertools.product`` order of the sorted parents.
@@ -133,7 +134,7 @@ class Structure:
         """Nodes whose states come from a trace (evidence at inference time)."""
         return [n for n, r in self.roles.items()
                 if r in ("knob", "context", "knob_evidence", "slice", "rule_evidence",
-                         "run_evidence")]
+                         "run_evidence", "cause_evidence")]
 
 
 def _cause_emission(produce: dict[str, float], by_mode: dict[str, FailureMode],
@@ -355,6 +356,7 @@ def build_structure(*, n_slices: int = 4, n_blocks: int = 3, prior_strength: flo
     add_knob_evidence(nodes, causes)
     _add_faults(nodes, causes)
     rc_states = _add_root_cause(nodes, causes)
+    add_cause_evidence(nodes, rc_states)
     if rule_evidence:
         add_rule_nodes(nodes, ft_states, rc_states, rule_trust)
     add_run_evidence(nodes, causes, mode_of)

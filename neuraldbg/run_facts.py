@@ -416,8 +416,11 @@ def _symmetry(trace: Trace, row_diversity_low: float) -> _Symmetry:
     """``row_diversity`` and ``symmetric_modules`` from ``trace.meta["weight_diversity"]``."""
     rec = trace.meta.get("weight_diversity") or {}
     mods = rec.get("modules") or {}
-    ends = {name: max(v[0], v[-1]) for name, v in mods.items()
-            if v and all(isinstance(x, (int, float)) and math.isfinite(x) for x in v)}
+    # at enter and at the latest flush; a run whose weights went non-finite keeps its
+    # value at enter (the symmetry of an initialisation is read there)
+    ends = {name: max(f) for name, v in mods.items() if v
+            for f in [[x for x in (v[0], v[-1])
+                       if isinstance(x, (int, float)) and math.isfinite(x)]] if f}
     if not ends:
         return {"row_diversity": math.nan, "symmetric_modules": ()}
     return {"row_diversity": float(min(ends.values())),

@@ -634,3 +634,56 @@ def test_biases_that_kill_every_hidden_layer_are_dead_units_not_missing_normaliz
     top, hyps = _top(trace), ndb.explain(trace)
     assert (top.failure_type, top.root_cause) == ("dead_neurons", "negative_bias_init")
     assert all(h.confidence < 0.5 for h in hyps[1:])
+
+
+def _train_epochs(model: nn.Module, opt: torch.optim.Optimizer, steps: int = 200) -> ndb.Trace:
+    """Minibatches of shuffled epochs, the DataLoader way (``shuffle=True, drop_last=True``)."""
+    g = torch.Generator().manual_seed(0)
+
+    def batches():
+        while True:
+            order = torch.randperm(len(X), generator=g)
+            for i in range(0, len(X) - 63, 64):
+                yield order[i:i + 64]
+
+    with ndb.NeuralDbg(model, optimizer=opt) as dbg:
+        for _, idx in zip(range(steps), batches()):
+            opt.zero_grad()
+            loss = F.cross_entropy(model(X[idx]), Y[idx])
+            loss.backward()
+            opt.step()
+            dbg.step(loss)
+    return dbg.trace
+
+
+def test_an_all_zero_initialisation_is_symmetric_not_a_negative_bias() -> None:
+    """Every weight and bias at 0: each ReLU unit is fed exactly 0 and outputs 0 from step 0,
+    which looks like a bias that switched the units off, but no bias is negative; the rows
+    are copies of each other. Both methods name the symmetric initialisation."""
+    model = _mlp()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.zero_()
+    trace = _train_epochs(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    for method in ("heuristic", "probabilistic"):
+        hyps = ndb.explain(trace, method=method)
+        assert hyps and hyps[0].confidence >= 0.5, (method, hyps[:2])
+        assert hyps[0].root_cause == "symmetric_init", (method, hyps[:2])
+        assert not any(h.root_cause == "negative_bias_init" and h.confidence >= 0.5
+                       for h in hyps), (method, hyps[:3])
+
+
+def test_units_a_huge_rate_killed_after_the_first_steps_are_not_blamed_on_the_bias() -> None:
+    """Plain SGD at lr 3.0: the ReLU units die within the first steps (alive at step 0).
+    The heuristic names the rate; the causal model must not name a negative bias
+    initialisation with confidence (the biases started at PyTorch's default)."""
+    model = _mlp()
+    trace = _train_epochs(model, torch.optim.SGD(model.parameters(), lr=3.0))
+    dead = trace.stat("act_frac_dead")[["1", "3"]]
+    assert (dead.iloc[0] < 0.5).all() and (dead.iloc[-1] > 0.5).any()
+    top = ndb.explain(trace, method="heuristic")[0]
+    assert (top.failure_type, top.root_cause) == ("dead_neurons", "learning_rate_too_high")
+    hyps = ndb.explain(trace, method="probabilistic")
+    assert hyps and hyps[0].failure_type == "dead_neurons" and hyps[0].confidence >= 0.5
+    assert not any(h.root_cause == "negative_bias_init" and h.confidence >= 0.5
+                   for h in hyps), hyps[:3]
