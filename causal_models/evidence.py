@@ -274,9 +274,10 @@ def observe_cause_signs(trace: Trace, facts: Any, bins: Bins | None = None
     enter and at the latest flush (the heuristic's ``symmetric_modules``), else ``diverse``;
     ``unknown`` when the capture did not measure it (no weight matrix, an older trace).
     ``dead_onset``: ``start`` when a rectifier layer has more than ``bins.dead_frac`` of its
-    units dead at its first recorded step (before any update could kill them), ``silent``
-    when it is dead there because its input is exactly zero, else ``other`` (units that die
-    only later, or never).
+    units dead at its first recorded step (before any update could kill them) and fed by an
+    offset below zero (:func:`_dead_onset`), ``silent`` when it is dead there because its
+    input is exactly zero, else ``other`` (units that die only later, or never, or a deep
+    stack whose signal faded to its random biases).
 
     Parameters
     ----------
@@ -301,16 +302,43 @@ def observe_cause_signs(trace: Trace, facts: Any, bins: Bins | None = None
     return states, features
 
 
+#: A dead layer's input is switched off by an offset when its mean lies this many standard
+#: deviations below zero (a bias of -1 against a spread of 0.2 reads -4.6); a deep stack
+#: whose signal has faded to its random biases reads about -0.1 and is not an offset.
+DEAD_DRIVE_SIGMAS = 1.0
+
+
 def _dead_onset(trace: Trace, dead_frac: float) -> str:
     """When rectifier units died (see :func:`observe_cause_signs`).
 
-    At the first recorded step, a dead layer fed by outputs that are negative on average is
-    ``start`` (a bias or weights that switch the units off); one fed by outputs exactly zero
-    is ``silent`` (weights that compute nothing: an all-zero initialisation).
+    At the first recorded step, a dead layer fed by outputs whose mean lies more than
+    :data:`DEAD_DRIVE_SIGMAS` standard deviations below zero is ``start`` (an offset that
+    switches the units off: a negative bias); one fed by outputs exactly zero is ``silent``
+    (weights that compute nothing: an all-zero initialisation).
     """
     mods = trace.modules
     if "activation_family" not in mods or not len(trace.stats):
         return "other"
+    names = mods["module_name"].astype(str).tolist()
+    rect = mods.loc[mods["activation_family"].astype(str) == "relu", "module_name"]
+    stats = trace.stats
+    # (one row per module: a merged multi-rank trace has one per rank)
+    first = stats[stats["step"] == stats["step"].min()].groupby("module_name")[
+        ["act_frac_dead", "act_mean", "act_std"]].mean()
+    found = set()
+    for name in rect.astype(str):
+        if name not in first.index or not float(first.at[name, "act_frac_dead"]) > dead_frac:
+            continue
+        i = names.index(name)
+        feed = names[i - 1] if i > 0 else None
+        if feed not in first.index:
+            continue
+        mean, std = float(first.at[feed, "act_mean"]), float(first.at[feed, "act_std"])
+        if mean == 0.0 and std == 0.0:
+            found.add("silent")
+        elif mean < -DEAD_DRIVE_SIGMAS * std:
+            found.add("start")
+    return "start" if "start" in found else "silent" if "silent" in found else "other"
     names = mods["module_name"].astype(str).tolist()
     rect = mods.loc[mods["activation_family"].astype(str) == "relu", "module_name"]
     stats = trace.stats

@@ -687,3 +687,22 @@ def test_units_a_huge_rate_killed_after_the_first_steps_are_not_blamed_on_the_bi
     assert hyps and hyps[0].failure_type == "dead_neurons" and hyps[0].confidence >= 0.5
     assert not any(h.root_cause == "negative_bias_init" and h.confidence >= 0.5
                    for h in hyps), hyps[:3]
+
+
+def test_a_deep_relu_stack_whose_signal_fades_is_not_blamed_on_a_negative_bias() -> None:
+    """Eight ReLU layers at PyTorch's default init under SGD: the signal fades with depth, so
+    deep layers see little but their random biases and half their units are off from step
+    0. That is no negative bias (the biases are symmetric around 0): no method may name
+    ``negative_bias_init`` with confidence, where the all-negative offset of a real one is."""
+    torch.manual_seed(0)
+    layers: list[nn.Module] = []
+    for i in range(8):
+        layers += [nn.Linear(64, 64), nn.ReLU()]
+    model = nn.Sequential(*layers, nn.Linear(64, 10))
+    trace = _train_epochs(model, torch.optim.SGD(model.parameters(), lr=0.1), steps=250)
+    assert trace.steps["loss"].iloc[-20:].median() > 2.2  # it learned nothing
+    for method in ("heuristic", "probabilistic"):
+        hyps = ndb.explain(trace, method=method)
+        assert hyps and hyps[0].confidence >= 0.5, (method, hyps[:2])  # a failure
+        assert not any(h.root_cause == "negative_bias_init" and h.confidence >= 0.5
+                       for h in hyps), (method, hyps[:3])
