@@ -17,8 +17,8 @@ import numpy as np
 from causal_models.bins import NORMALIZATION_STATES, Bins
 from neuraldbg.trace import Trace
 
-__all__ = ["observe_knobs", "observe_stack", "observe_cause_signs", "sigmoid_decay", "clip_share", "clipping_state",
-           "sigmoid_decay_state", "rule_verdict", "rule_strength",
+__all__ = ["observe_knobs", "observe_stack", "observe_cause_signs", "sigmoid_decay",
+           "clip_share", "clipping_state", "sigmoid_decay_state", "rule_verdict", "rule_strength",
            "RULE_HEALTHY", "RULE_NO_CAUSE", "RULE_STRENGTH_STATES", "RULE_STRENGTH_EDGES"]
 
 _ACT_TYPES = {

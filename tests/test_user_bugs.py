@@ -7,6 +7,7 @@ Each failing run has a twin that differs only by the bug; the heuristic must nam
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 
 import pytest
 import torch
@@ -32,12 +33,16 @@ def _mlp(out: int = 10) -> nn.Module:
 def _train(model: nn.Module, opt: torch.optim.Optimizer, loss_fn, targets: torch.Tensor, *,
            zero_grad: bool = True, steps: int = 150, inputs: torch.Tensor = X,
            backward: bool = True, zero_grad_after_backward: bool = False,
-           clip: float | None = None, step: bool = True) -> ndb.Trace:
-    """The usual loop; each keyword turns one line of it into a bug users write."""
+           clip: float | None = None, step: bool = True,
+           batches: Iterator[torch.Tensor] | None = None) -> ndb.Trace:
+    """The usual loop; each keyword turns one line of it into a bug users write.
+
+    Minibatches of 64 drawn at random, or the indices ``batches`` yields."""
     g = torch.Generator().manual_seed(0)
     with ndb.NeuralDbg(model, optimizer=opt) as dbg:
         for _ in range(steps):
-            idx = torch.randint(0, len(inputs), (64,), generator=g)
+            idx = next(batches) if batches is not None else torch.randint(
+                0, len(inputs), (64,), generator=g)
             if zero_grad:
                 opt.zero_grad()
             loss = loss_fn(model(inputs[idx]), targets[idx])
@@ -636,24 +641,13 @@ def test_biases_that_kill_every_hidden_layer_are_dead_units_not_missing_normaliz
     assert all(h.confidence < 0.5 for h in hyps[1:])
 
 
-def _train_epochs(model: nn.Module, opt: torch.optim.Optimizer, steps: int = 200) -> ndb.Trace:
+def _epochs() -> Iterator[torch.Tensor]:
     """Minibatches of shuffled epochs, the DataLoader way (``shuffle=True, drop_last=True``)."""
     g = torch.Generator().manual_seed(0)
-
-    def batches():
-        while True:
-            order = torch.randperm(len(X), generator=g)
-            for i in range(0, len(X) - 63, 64):
-                yield order[i:i + 64]
-
-    with ndb.NeuralDbg(model, optimizer=opt) as dbg:
-        for _, idx in zip(range(steps), batches()):
-            opt.zero_grad()
-            loss = F.cross_entropy(model(X[idx]), Y[idx])
-            loss.backward()
-            opt.step()
-            dbg.step(loss)
-    return dbg.trace
+    while True:
+        order = torch.randperm(len(X), generator=g)
+        for i in range(0, len(X) - 63, 64):
+            yield order[i:i + 64]
 
 
 def test_an_all_zero_initialisation_is_symmetric_not_a_negative_bias() -> None:
@@ -664,7 +658,8 @@ def test_an_all_zero_initialisation_is_symmetric_not_a_negative_bias() -> None:
     with torch.no_grad():
         for p in model.parameters():
             p.zero_()
-    trace = _train_epochs(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    trace = _train(model, torch.optim.SGD(model.parameters(), lr=0.1), F.cross_entropy, Y,
+                   steps=200, batches=_epochs())
     for method in ("heuristic", "probabilistic"):
         hyps = ndb.explain(trace, method=method)
         assert hyps and hyps[0].confidence >= 0.5, (method, hyps[:2])
@@ -678,7 +673,8 @@ def test_units_a_huge_rate_killed_after_the_first_steps_are_not_blamed_on_the_bi
     The heuristic names the rate; the causal model must not name a negative bias
     initialisation with confidence (the biases started at PyTorch's default)."""
     model = _mlp()
-    trace = _train_epochs(model, torch.optim.SGD(model.parameters(), lr=3.0))
+    trace = _train(model, torch.optim.SGD(model.parameters(), lr=3.0), F.cross_entropy, Y,
+                   steps=200, batches=_epochs())
     dead = trace.stat("act_frac_dead")[["1", "3"]]
     assert (dead.iloc[0] < 0.5).all() and (dead.iloc[-1] > 0.5).any()
     top = ndb.explain(trace, method="heuristic")[0]
@@ -696,10 +692,11 @@ def test_a_deep_relu_stack_whose_signal_fades_is_not_blamed_on_a_negative_bias()
     ``negative_bias_init`` with confidence, where the all-negative offset of a real one is."""
     torch.manual_seed(0)
     layers: list[nn.Module] = []
-    for i in range(8):
+    for _ in range(8):
         layers += [nn.Linear(64, 64), nn.ReLU()]
     model = nn.Sequential(*layers, nn.Linear(64, 10))
-    trace = _train_epochs(model, torch.optim.SGD(model.parameters(), lr=0.1), steps=250)
+    trace = _train(model, torch.optim.SGD(model.parameters(), lr=0.1), F.cross_entropy, Y,
+                   steps=250, batches=_epochs())
     assert trace.steps["loss"].iloc[-20:].median() > 2.2  # it learned nothing
     for method in ("heuristic", "probabilistic"):
         hyps = ndb.explain(trace, method=method)
