@@ -70,12 +70,14 @@ class ThresholdConfig:
         Healthy runs peak at ~2-5x their median.
     baseline_steps : int, default=5
         A gradient's early baseline is the smallest of its first this-many recorded values
-        (the smallest, since a run that explodes from step 2 would lift a median); an
-        activation's is their median.
+        that register on the network's scale (see ``baseline_floor``; the smallest, since a
+        run that explodes from step 2 would lift a median); an activation's is their median.
     baseline_floor : float, default=1e-3
-        A module's gradient baseline is at least this share of the network's largest early
-        gradient, so a layer that starts at exactly zero (a zero-initialised head) does not
-        count as exploding when it wakes up.
+        A gradient value counts toward its module's baseline only at or above this share of
+        the step's largest gradient, and the baseline is at least this share of the
+        network's largest early gradient: a layer that starts at exactly zero (a
+        zero-initialised head) or whose gradient cancels at step 0 (units that are copies of
+        each other) does not count as exploding when it wakes up.
     dead_frac : float, default=0.6
         Share of units exactly zero for the whole batch above which a layer is dead.
         DeepDiagnosis flags 70% of activations <= 0; whole-batch-dead units are a stricter
