@@ -477,6 +477,14 @@ def export_mermaid_causal_graph(trace: Trace | str | os.PathLike[str]) -> str:
     return graph_to_mermaid(causal_graph(trace))
 
 
+def _reads_a_plateau(answer: Any) -> bool:
+    """Whether a counterfactual answer reads the run as it happened as a training plateau."""
+    factual = getattr(answer, "p_failure_types_factual", None) or {}
+    failing = {k: float(v) for k, v in factual.items() if k != HEALTHY}
+    return (bool(failing) and max(failing, key=lambda k: failing[k]) == "training_plateau"
+            and float(getattr(answer, "p_failure_factual", 0.0)) >= 0.5)
+
+
 def what_if(trace: Trace | str | os.PathLike[str],
             method: str | DiagnosisMethod = "probabilistic", **knobs: Any) -> CounterfactualAnswer:
     """What the run would have done under changed knobs, from its trace (no re-training).
@@ -487,7 +495,9 @@ def what_if(trace: Trace | str | os.PathLike[str],
     too thin for a verdict the answer's ``metadata["thin_evidence"]`` says why, and on a run
     that shows a bug no knob or cause of the model names (weights that never moved or
     collapsed, BatchNorm in ``eval()``) ``metadata["outside_vocabulary"]`` says which: the
-    knobs' effects were estimated without it.
+    knobs' effects were estimated without it. When the model reads the run as a training
+    plateau that :func:`explain` may not claim (too short a run, a loss still falling),
+    ``metadata["plateau_unclaimable"]`` says why, so the two answers do not silently disagree.
 
     Parameters
     ----------
@@ -518,7 +528,9 @@ def what_if(trace: Trace | str | os.PathLike[str],
     usable = usable_trace(_as_trace(trace))
     answer = engine.what_if(usable, **knobs)
     said = {"thin_evidence": thin_evidence(usable),
-            "outside_vocabulary": frozen_weights(usable) or cause_outside_vocabulary(usable, [])}
+            "outside_vocabulary": frozen_weights(usable) or cause_outside_vocabulary(usable, []),
+            "plateau_unclaimable": (plateau_unclaimable(usable)
+                                    if _reads_a_plateau(answer) else None)}
     said = {k: v for k, v in said.items() if v}
     if said and dataclasses.is_dataclass(answer) and isinstance(
             getattr(answer, "metadata", None), dict):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -17,6 +18,7 @@ from neuraldbg.outside_vocabulary import (
     OTHER_PARAMETERS_HINT,
     frozen_weights,
 )
+from neuraldbg.reporting.words import what_if_caveat
 from neuraldbg.sufficiency import HEDGED_CONFIDENCE, MIN_STEPS, hedge
 from tests.training import train
 
@@ -54,6 +56,7 @@ def test_a_healthy_run_read_early_is_no_plateau_yet() -> None:
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     g = torch.Generator().manual_seed(0)
     read: dict[int, dict[str, list]] = {}
+    whatif: dict[int, Any] = {}
     with ndb.NeuralDbg(model, optimizer=opt) as dbg:
         for step in range(30):
             idx = torch.randint(0, len(x_all), (64,), generator=g)
@@ -64,11 +67,20 @@ def test_a_healthy_run_read_early_is_no_plateau_yet() -> None:
             dbg.step(loss)
             if step + 1 in (10, 30):
                 read[step + 1] = {m: dbg.explain_failure(method=m) for m in METHODS}
+                whatif[step + 1] = ndb.what_if(dbg.trace, lr_scale=1.0)
     loss = dbg.trace.steps["loss"].to_numpy()
     assert loss[-5:].mean() < 0.9 * loss[:5].mean()  # it is learning
     for n, by_method in read.items():
         for method, hyps in by_method.items():
             assert all(h.confidence < 0.5 for h in hyps), (n, method, hyps[:1])
+    # the causal model's own reading is a stall: what_if says explain does not claim it
+    for n, cf in whatif.items():
+        factual = {k: v for k, v in cf.p_failure_types_factual.items() if k != "healthy"}
+        assert cf.p_failure_factual >= 0.5 and max(factual, key=factual.get) == \
+            "training_plateau", (n, cf.p_failure_types_factual)
+        why = cf.metadata["plateau_unclaimable"]
+        assert ("fewer than 20" if n == 10 else "still falling") in why, (n, why)
+        assert "explain does not call it a plateau" in what_if_caveat(cf.metadata)
 
 
 def test_a_thin_diverged_run_is_still_named_but_not_claimed() -> None:

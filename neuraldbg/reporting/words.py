@@ -339,8 +339,9 @@ def what_if_caveat(metadata: Mapping[str, Any]) -> str:
     """What the user should check before trusting a counterfactual, or ``""``.
 
     From ``metadata`` as :func:`neuraldbg.what_if` sets it: ``"thin_evidence"``, a trace too
-    short for a verdict, and ``"outside_vocabulary"``, a bug the trace shows that none of the
-    model's knobs or causes names.
+    short for a verdict, ``"outside_vocabulary"``, a bug the trace shows that none of the
+    model's knobs or causes names, and ``"plateau_unclaimable"``, a stall the model reads
+    that :func:`neuraldbg.explain` may not claim.
     """
     notes = []
     thin = metadata.get("thin_evidence")
@@ -351,6 +352,11 @@ def what_if_caveat(metadata: Mapping[str, Any]) -> str:
     if isinstance(said, str) and said:
         notes.append(f"Caution: {said} The causal model has no knob or cause for this, so its "
                      "answer may not hold for this run.")
+    stall = metadata.get("plateau_unclaimable")
+    if isinstance(stall, str) and stall:
+        notes.append(f"Caution: the causal model reads this run as stalled, but {stall}, so "
+                     "explain does not call it a plateau: read P(failure) as the model's "
+                     "reading, not a verdict.")
     return " ".join(notes)
 
 
