@@ -339,20 +339,6 @@ def _dead_onset(trace: Trace, dead_frac: float) -> str:
         elif mean < -DEAD_DRIVE_SIGMAS * std:
             found.add("start")
     return "start" if "start" in found else "silent" if "silent" in found else "other"
-    names = mods["module_name"].astype(str).tolist()
-    rect = mods.loc[mods["activation_family"].astype(str) == "relu", "module_name"]
-    stats = trace.stats
-    # (one row per module: a merged multi-rank trace has one per rank)
-    first = stats[stats["step"] == stats["step"].min()].groupby("module_name")[
-        ["act_frac_dead", "act_mean"]].mean()
-    for name in rect.astype(str):
-        if name not in first.index or not float(first.at[name, "act_frac_dead"]) > dead_frac:
-            continue
-        i = names.index(name)
-        feed = names[i - 1] if i > 0 else None
-        drive = float(first.at[feed, "act_mean"]) if feed in first.index else math.nan
-        return "silent" if drive == 0.0 else "start"
-    return "other"
 
 
 #: States of the rule-evidence nodes that are not failure types or root causes.

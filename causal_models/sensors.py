@@ -6,9 +6,9 @@
 - **Run evidence** (children of ``failure_type``, and of the faults that sign it): progress,
   gradient spikes, the early gradient ratio.
 - **Cause evidence** (children of ``root_cause``): what a run shows of a cause that no knob
-  or failure type carries: the weight rows copies of each other from the start (a symmetric
-  initialisation), rectifier units dead before the first update or only later (a bias that
-  switches them off at init, against dynamics that kill them).
+  or failure type carries: weight rows that are copies of each other from the start (a
+  symmetric initialisation), rectifier units dead before the first update, switched off by
+  an offset (a negative bias) or fed exactly zero (all-zero weights).
 - **The rules' verdict** (``rule_strength``, ``rule_failure``, ``rule_cause``): the heuristic
   reasoner's graded top hypothesis, a noisy sensor of the failure type and the cause.
 """
