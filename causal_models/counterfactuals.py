@@ -184,15 +184,15 @@ def _clipping_under(trace: Trace, clip: float, evidence: dict[str, str],
     bins = reasoner.bins
     factual = evidence.get("clipping", "none")
     configured = (trace.meta.get("config") or {}).get("grad_clip")
-    if isinstance(configured, (int, float)) and configured > 0 and clip >= configured:
+    cap = float(configured) if isinstance(configured, (int, float)) and configured > 0 else None
+    if cap is not None and clip >= cap:
         return factual
     norms = trace.steps["grad_norm"].to_numpy(dtype=float) if "grad_norm" in trace.steps \
         else np.zeros(0)
     if not norms.size:
         return "peaks"
     finite = norms[np.isfinite(norms)]
-    if not (isinstance(configured, (int, float)) and configured > 0) and (
-            not finite.size or clip > finite.max()):
+    if cap is None and (not finite.size or clip > finite.max()):
         return factual
     return clipping_state(clip_share(norms, clip, bins), bins)
 

@@ -290,8 +290,6 @@ def observe_cause_signs(trace: Trace, facts: Any, bins: Bins | None = None
     -------
     states, features : dict
     """
-    from causal_models.bins import Bins
-
     b = bins or Bins()
     states: dict[str, str] = {}
     features: dict[str, float] = {}
