@@ -496,7 +496,7 @@ class Recorder:
         self._trace_cache = None
         self._update_sampling(host_loss)
         if self._slot >= self.cfg.flush_every:
-            self.flush()
+            self.flush(periodic=True)
 
     def _add_queued(self, slot: int) -> None:
         """Add the step's queued hook results into buffer row ``slot`` (no host sync).
@@ -516,11 +516,19 @@ class Recorder:
         if self._active and self._recording != bool(self._forward_handles):
             (self._attach_forward_hooks if self._recording else self._detach_forward_hooks)()
 
-    def flush(self, *, final: bool = False) -> None:
+    def flush(self, *, final: bool = False, periodic: bool = False) -> None:
         """Copy the buffer to the host and append a chunk (written to disk when streaming).
 
         The capture's only host synchronisation. Called every ``flush_every`` steps, on exit,
         and when the trace is read.
+
+        Parameters
+        ----------
+        final : bool, default=False
+            The flush at exit: the module table and meta are written even with no new step.
+        periodic : bool, default=False
+            A flush scheduled every ``flush_every`` steps: the weights' row diversity is
+            measured at some of them only (:meth:`.WeightDiversity.flush`).
 
         Raises
         ------
@@ -530,8 +538,9 @@ class Recorder:
             again) and ``meta.json`` says ``write_failed`` where it can still be written.
         """
         n = self._slot
-        if n or self._diversity_at != self._step:  # (not again when no step closed since)
-            self._diversity.flush(self._step)
+        # (not again when no step closed since; a scheduled flush may skip measuring)
+        if (n or self._diversity_at != self._step) and self._diversity.flush(
+                self._step, periodic=periodic):
             self._diversity_at = self._step
         if n:
             chunk = self._log.drain(n, self._meter)
@@ -570,7 +579,7 @@ class Recorder:
             return self._trace_cache
         if self._active and self._loss_given and self._stepped:
             self._close_step()  # dbg.step came before opt.step, which has run: a whole step
-        if self._active and self._slot:
+        if self._active and (self._slot or self._diversity_at != self._step):
             with contextlib.suppress(OSError):  # a failed write keeps the chunk in memory
                 self.flush()
         trace = self._sink.assemble(self._modules_table(), self._meta())

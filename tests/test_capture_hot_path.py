@@ -175,3 +175,31 @@ def test_weight_diversity_points_follow_the_weights_across_flushes_and_enters():
                                    rtol=1e-6)
     # the weights moved between the points (a stale value would repeat the previous one)
     assert len(set(div["modules"]["0"])) == 3
+
+
+def test_weight_diversity_skips_scheduled_flushes_but_reads_and_exit_measure_the_weights_now():
+    """Scheduled flushes past the first few measure at powers of two only; a read of the
+    trace mid-run and the exit measure the weights as they are then."""
+    from neuraldbg.weight_diversity import row_diversity
+
+    torch.manual_seed(4)
+    model = nn.Sequential(nn.Linear(5, 8), nn.ReLU(), nn.Linear(8, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.3)
+    x, y = torch.randn(16, 5), torch.randint(0, 4, (16,))
+    dbg = ndb.NeuralDbg(model, optimizer=opt, flush_every=5)
+    with dbg:
+        for step in range(50):
+            opt.zero_grad()
+            loss = nn.functional.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+            dbg.step(loss)
+            if step == 29:  # the 6th scheduled flush has just skipped measuring
+                div = dbg.trace.meta["weight_diversity"]
+                assert div["steps"][-1] == 30
+                np.testing.assert_allclose(div["modules"]["0"][-1],
+                                           row_diversity(model[0].weight).item(), rtol=1e-6)
+    div = dbg.trace.meta["weight_diversity"]
+    assert div["steps"] == [0, 5, 10, 15, 50]
+    np.testing.assert_allclose(div["modules"]["2"][-1], row_diversity(model[2].weight).item(),
+                               rtol=1e-6)
