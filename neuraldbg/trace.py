@@ -472,9 +472,9 @@ def load_trace(path: str | os.PathLike[str]) -> Trace:
     Raises
     ------
     TraceFormatError
-        If the directory, ``meta.json``, ``modules.parquet`` or ``stats/`` is missing or
-        unreadable, a chunk is not one of its table's, or the directory is not a NeuralDBG
-        trace.
+        If the directory, ``meta.json``, ``modules.parquet``, ``steps/`` or ``stats/`` is
+        missing or unreadable (where the run recorded steps), a chunk or the module table is
+        not one of its table's, or the directory is not a NeuralDBG trace.
     SchemaVersionError
         If the trace was written with a newer schema than this version reads.
     """
@@ -525,7 +525,23 @@ def load_trace(path: str | os.PathLike[str]) -> Trace:
         raise TraceFormatError(
             f"{modules_path} is missing or unreadable ({exc}); the trace directory is incomplete."
         ) from exc
-    if any((root / "steps").glob("part-*.parquet")) and not (root / "stats").is_dir():
+    missing = [c for c in ("module_name", "order", "forward_order") if c not in modules.columns]
+    if missing:
+        raise TraceFormatError(
+            f"{modules_path} has no {' or '.join(map(repr, missing))} column: it is not a "
+            "NeuralDBG module table (another table copied in its place?). Copy the whole trace "
+            "directory again."
+        )
+    has_steps = any((root / "steps").glob("part-*.parquet"))
+    # (a run whose first chunk could not be written, status write_failed, has none)
+    if not has_steps and (any((root / "stats").glob("part-*.parquet")) or (
+            meta.get("status") == "complete" and int(meta.get("n_steps") or 0) > 0)):
+        raise TraceFormatError(
+            f"{root / 'steps'} holds no step chunks, but {root} records steps (meta.json's "
+            "n_steps or stats/): a partial copy? Copy the whole trace directory (meta.json, "
+            "modules.parquet, steps/ and stats/)."
+        )
+    if has_steps and not (root / "stats").is_dir():
         raise TraceFormatError(
             f"{root / 'stats'} is missing: {root} holds steps but no per-module statistics "
             "(a partial copy?). Copy the whole trace directory (meta.json, modules.parquet, "

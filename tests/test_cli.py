@@ -41,7 +41,8 @@ def runs(tmp_path_factory):
     (root / "not_a_trace" / "meta.json").write_text('{"format": "something-else"}')
     # traces whose files parse but hold the wrong content (a new user's damaged copies)
     healthy = root / "healthy"
-    for name in ("steps_of_modules", "stats_of_steps", "config_string", "no_stats"):
+    for name in ("steps_of_modules", "stats_of_steps", "config_string", "no_stats", "no_steps",
+                 "modules_of_steps"):
         shutil.copytree(healthy, root / name)
     shutil.copy(healthy / "modules.parquet", root / "steps_of_modules/steps/part-000000.parquet")
     shutil.copy(healthy / "steps/part-000000.parquet",
@@ -49,6 +50,8 @@ def runs(tmp_path_factory):
     meta = json.loads((healthy / "meta.json").read_text())
     (root / "config_string/meta.json").write_text(json.dumps({**meta, "config": "x"}))
     shutil.rmtree(root / "no_stats/stats")
+    shutil.rmtree(root / "no_steps/steps")
+    shutil.copy(healthy / "steps/part-000000.parquet", root / "modules_of_steps/modules.parquet")
     _record(root / "thin", steps=3)
     return root
 
@@ -143,6 +146,9 @@ BAD = {
     "config_not_an_object": (["what-if", "--lr-scale", "0.1", "{root}/config_string"],
                              "'config' must be a JSON object"),
     "stats_dir_missing": (["explain", "{root}/no_stats"], "stats is missing"),
+    "steps_dir_missing": (["show", "{root}/no_steps"], "holds no step chunks"),
+    "module_table_of_another_table": (["explain", "{root}/modules_of_steps"],
+                                      "not a NeuralDBG module table"),
 }
 
 
@@ -218,3 +224,9 @@ def test_what_if_on_a_thin_trace_says_it_is_no_verdict(runs, capsys):
     assert "Caution: only 3 finished step(s) recorded" in out and "guess" in out
     assert main(["what-if", "--lr-scale", "0.1", str(runs / "healthy")]) == 0
     assert "Caution" not in capsys.readouterr().out
+
+
+def test_python_dash_m_neuraldbg_runs_the_cli():
+    done = subprocess.run([sys.executable, "-m", "neuraldbg", "--help"], capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0 and done.stdout.startswith("usage: neuraldbg"), done.stderr

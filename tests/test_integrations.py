@@ -103,11 +103,14 @@ def test_lightning_gradient_accumulation_gives_one_step_per_optimizer_step(tmp_p
             self.net = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 1))
 
         def training_step(self, batch, batch_idx):
-            return ((self.net(batch[0]) - batch[1]) ** 2).mean()
+            loss = ((self.net(batch[0]) - batch[1]) ** 2).mean()
+            returned.append(loss.item())
+            return loss
 
         def configure_optimizers(self):
             return torch.optim.Adam(self.parameters(), lr=1e-3)
 
+    returned: list[float] = []
     x, y = torch.randn(64, 8), torch.randn(64, 1)
     loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=16)
     callback = NeuralDbgCallback()
@@ -117,6 +120,9 @@ def test_lightning_gradient_accumulation_gives_one_step_per_optimizer_step(tmp_p
     steps = callback.dbg.trace.steps
     assert len(steps) == 6 and steps["complete"].all()  # 4 batches / 2 per step x 3 epochs
     assert (callback.dbg.trace.stat("calls")["net.0"] == 2).all()
+    # each step's loss is the mean of its two micro-batches' (as training_step returned them)
+    np.testing.assert_allclose(steps["loss"], np.reshape(returned, (6, 2)).mean(axis=1),
+                               rtol=1e-6)
 
 
 # --------------------------------------------------------------------------- HF Trainer

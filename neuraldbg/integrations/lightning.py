@@ -69,6 +69,7 @@ class NeuralDbgCallback(Callback):
         self.capture_config = capture_config
         self.kwargs = kwargs
         self.dbg: NeuralDbg | None = None
+        self._loss: torch.Tensor | float | None = None  # the open step's micro-batch sum
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         """Build the recorder on the module and its optimizers, and enter it."""
@@ -83,11 +84,18 @@ class NeuralDbgCallback(Callback):
 
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
-        """One ``dbg.step`` per optimizer step, with the batch's loss."""
-        if self.dbg is None or not self.dbg.optimizer_stepped:
-            return  # a micro-batch of an accumulated step
+        """One ``dbg.step`` per optimizer step, with the mean loss of its micro-batches."""
+        if self.dbg is None:
+            return
         loss = outputs.get("loss") if isinstance(outputs, Mapping) else outputs
-        self.dbg.step(loss if isinstance(loss, (torch.Tensor, float)) else None)
+        if isinstance(loss, torch.Tensor):
+            loss = loss.detach()
+        if isinstance(loss, (torch.Tensor, float)):  # divided by accumulate_grad_batches
+            self._loss = loss if self._loss is None else self._loss + loss
+        if not self.dbg.optimizer_stepped:
+            return  # a micro-batch of an accumulated step
+        total, self._loss = self._loss, None
+        self.dbg.step(total)
 
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
         """Leave the recorder: hooks removed, the last chunk written."""
