@@ -81,9 +81,15 @@ def export_tensorboard(trace: Trace | str | os.PathLike[str], logdir: str | os.P
         If the ``tensorboard`` package is not installed (an ``ImportError``).
     TraceFormatError
         If ``trace`` is a directory that is not a readable trace.
+    NotADirectoryError
+        If ``logdir`` is an existing file.
     """
     trace = trace if isinstance(trace, Trace) else load_trace(trace)
     logdir = Path(logdir)
+    if logdir.exists() and not logdir.is_dir():
+        raise NotADirectoryError(
+            f"TensorBoard log directory {logdir} is an existing file: pass a directory (new or "
+            "existing), e.g. runs/tb, and open it with tensorboard --logdir.")
     writer = _writer(logdir)
     try:
         steps = trace.steps

@@ -75,3 +75,12 @@ def test_export_without_the_extra_says_how_to_install(tmp_path, monkeypatch):
     monkeypatch.setattr(builtins, "__import__", no_tensorboard)
     with pytest.raises(ndb.NeuralDbgError, match=r"pip install 'neuraldbg\[tensorboard\]'"):
         export_tensorboard(zoo_trace("healthy_mlp"), tmp_path / "tb")
+
+
+def test_export_to_an_existing_file_says_to_pass_a_directory(tmp_path, capsys):
+    zoo_trace("lr_too_high").save(tmp_path / "run")
+    (tmp_path / "report.html").write_text("x")
+    assert main(["export", str(tmp_path / "run"), "--tensorboard",
+                 str(tmp_path / "report.html")]) == 2
+    err = capsys.readouterr().err
+    assert "is an existing file: pass a directory" in err and "Traceback" not in err
