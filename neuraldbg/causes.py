@@ -309,9 +309,13 @@ def _dead_causes(cands: _Candidates, s: _Shared) -> None:
         neg = 1.0 / (1.0 + w.preact_base ** (-(-z - w.preact_center)))
         cands.put("negative_bias_init", neg * (1.0 if s.from_start else w.negative_bias_later),
                   {"preactivation_mean_over_std": z})
+    # instability upstream kills units later whatever the rate when gradients pile up,
+    # targets or inputs are far off scale, or the weights started far too large (their
+    # first steps' huge gradients kill the units while the update ratio stays small)
     later = 0.0 if s.from_start else max(s.lr_high, w.lr_jump_later if s.jump else 0.0,
                                          float(s.extra.get("upstream_instability", 0.0))
-                                         * (1.0 - max(s.piled, s.targets, s.inputs)))
+                                         * (1.0 - max(s.piled, s.targets, s.inputs,
+                                                      s.init_large)))
     cands.put("learning_rate_too_high", later, s.ev_lr)
     cands.put("init_scale_too_large", s.init_large * w.dead_init_large, s.ev_init)
     cands.put("unnormalized_inputs", w.dead_inputs * s.inputs, s.ev_inputs)

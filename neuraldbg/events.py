@@ -70,6 +70,11 @@ class LossDynamics:
     stall : float
         In [0, 1]: 1 - improvement / 0.5 (:attr:`CurveWindows.stall_improvement`),
         clipped. 0 for a loss that halved or better, 1 for one that did not move or rose.
+        When the run starts with a transient (its first window reaches
+        :attr:`CurveWindows.transient_factor` times the second window's median: weights far
+        too large give a loss of hundreds that collapses within a few steps), the
+        improvement it is taken from runs from the second window on: undoing an absurd
+        start is not learning.
     plateau_step : int or None
         Where the loss stopped improving, when the run stalled (improvement below
         ``plateau_improvement`` over at least ``plateau_min_steps`` steps).
@@ -164,6 +169,13 @@ class CurveWindows:
     improvement_floor : float, default=1e-12
         The first window's loss is at least this in the improvement's denominator, so a
         loss that starts at zero does not divide by zero.
+    transient_factor : float, default=100.0
+        A first window whose largest loss is this many times the second window's median is
+        an initial transient, and the stall is measured from the second window. Two
+        decades: an untrained classifier's loss (``ln K``) falls by that much within the
+        first tenth of a run only from a start far above it (a 20x init gives a loss of
+        ~600 that settles near 2 within 30 steps), and the digits MLP that learns fastest
+        here falls by about 10x.
     """
 
     stall_improvement: float = 0.5
@@ -171,6 +183,7 @@ class CurveWindows:
     spike_min_history: int = 3
     spike_share_factor: float = 3.0
     improvement_floor: float = 1e-12
+    transient_factor: float = 100.0
 
     def __post_init__(self) -> None:
         """Reject a non-positive or non-numeric coefficient (the message names it)."""
@@ -363,7 +376,12 @@ def _improvement(c: _Columns, cfg: ThresholdConfig, win: CurveWindows, stop: int
     first, last = np.median(fin_prefix[:w]), np.median(fin_prefix[-w:])
     improvement = float((first - last) / max(abs(first), win.improvement_floor))
     out["improvement"] = improvement
-    out["stall"] = float(np.clip(1.0 - improvement / win.stall_improvement, 0.0, 1.0))
+    settled = improvement
+    if m >= 3 * w:
+        second = float(np.median(fin_prefix[w:2 * w]))
+        if second > 0 and np.max(fin_prefix[:w]) >= win.transient_factor * second:
+            settled = float((second - last) / max(second, win.improvement_floor))
+    out["stall"] = float(np.clip(1.0 - settled / win.stall_improvement, 0.0, 1.0))
     if improvement < cfg.plateau_improvement and not went_nonfinite:
         smooth = pd.Series(fin_prefix).rolling(w, min_periods=1, center=True).median()
         suffix_min = smooth[::-1].cummin()[::-1].to_numpy()

@@ -206,6 +206,14 @@ class SymptomWeights:
     level_floor : float, default=1e-12
         The loss level a divergence is measured against is at least this, so a loss that
         had converged to zero does not divide by zero.
+    reach_share : float, default=0.5
+        A module nearer the input than every vanished one whose gradient is not vanishing
+        on at least this share of its observed steps from the onset on shows the gradient
+        reaching the input past them: not vanishing *toward the input* (the contract's
+        definition), but small gradients local to a few modules. A transformer's residual
+        stream carries the gradient past attention's query and key projections, whose own
+        gradients sit near 1e-6 of the output's at a standard init (uniform attention
+        passes little gradient to the scores); the embeddings below them get a healthy one.
     """
 
     consistency_floor: float = 0.5
@@ -221,6 +229,7 @@ class SymptomWeights:
     plateau_strength_floor: float = 0.5
     plateau_strength_gain: float = 0.5
     level_floor: float = 1e-12
+    reach_share: float = 0.5
 
     def __post_init__(self) -> None:
         """Reject a non-positive or non-numeric coefficient (the message names it)."""
@@ -357,6 +366,10 @@ def _vanishing(run: _Run) -> Symptom | None:
     vanished = [e.evidence["forward_index"] for e in run.comp.onsets
                 if e.kind == "gradient_vanishing" and e.step == p.origin_step]
     deepest = min(vanished)
+    healthy = m["observed"] & ~m["is_vanishing"]
+    if any(_persistence(healthy, m["observed"], row, col) >= run.w.reach_share
+           for col in range(deepest) if m["observed"][row:, col].any()):
+        return None  # the gradient reaches the input past the vanished modules
     min_ratio = float(np.nanmin(m["grad_ratio"][row, vanished]))
     pers = _persistence(m["is_vanishing"], m["observed"], row, deepest)
     strength = 1.0 if min_ratio <= 0 else ratio_strength(cfg.rel_vanish / min_ratio, 1.0)

@@ -16,6 +16,7 @@ from sklearn.datasets import load_digits
 from torch import nn
 
 import neuraldbg as ndb
+from neuraldbg.events import loss_dynamics
 from neuraldbg.outside_vocabulary import batchnorm_off_factor
 from neuraldbg.reporting import verdict
 
@@ -703,3 +704,68 @@ def test_a_deep_relu_stack_whose_signal_fades_is_not_blamed_on_a_negative_bias()
         assert hyps and hyps[0].confidence >= 0.5, (method, hyps[:2])  # a failure
         assert not any(h.root_cause == "negative_bias_init" and h.confidence >= 0.5
                        for h in hyps), (method, hyps[:3])
+
+
+def test_weights_scaled_30x_after_init_are_named_though_the_loss_fell_from_thousands() -> None:
+    """Every weight matrix multiplied by 30 after PyTorch's init: the first loss is in the
+    thousands and collapses to near chance within a few steps, which reads as a run that
+    improved by most of its loss. Measured from where it settled, it barely learned (most
+    units died in the transient): the stall counts, both methods rank the initialisation
+    first and the causal model claims it. The twin at the default init raises nothing."""
+    model = _mlp()
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() >= 2:
+                p.mul_(30.0)
+    trace = _train(model, torch.optim.SGD(model.parameters(), lr=0.1), F.cross_entropy, Y,
+                   steps=300)
+    loss = trace.steps["loss"]
+    assert loss.iloc[0] > 300 and loss.iloc[-30:].median() > 1.5  # no real learning
+    # measured from the first window, the loss improved by ~75%: no stall at all
+    assert loss_dynamics(trace).stall > 0.5
+    heuristic = ndb.explain(trace)
+    assert heuristic[0].root_cause == "init_scale_too_large", heuristic[:3]
+    assert heuristic[0].confidence > 0.4, heuristic[:3]  # 0.26 with the stall at 0
+    hyps = ndb.explain(trace, method="probabilistic")
+    assert hyps[0].root_cause == "init_scale_too_large" and hyps[0].confidence >= 0.5, hyps[:3]
+    model = _mlp()
+    _assert_healthy(_train(model, torch.optim.SGD(model.parameters(), lr=0.1),
+                           F.cross_entropy, Y, steps=300))
+
+
+def test_a_tiny_bert_at_its_standard_init_is_healthy_though_query_and_key_barely_learn() -> None:
+    """A randomly initialised two-layer BERT (Hugging Face's std 0.02 init) trained with
+    AdamW and a linear decay: the loss falls. Its attention query/key projections get
+    gradients ~1e-6 of the classifier's (near-uniform attention passes little gradient to the
+    scores), but the residual stream carries the gradient on to the embeddings: no vanishing
+    toward the input, and no method may claim a failure."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    cfg = transformers.BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2,
+                                  num_attention_heads=2, intermediate_size=64,
+                                  max_position_embeddings=32, num_labels=2)
+    model = transformers.BertForSequenceClassification(cfg)
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    steps = 60
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda k: 1 - k / steps)
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(1, 100, (2000, 12), generator=g)
+    labels = (ids[:, 0] < 50).long()
+    with ndb.NeuralDbg(model, optimizer=opt) as dbg:
+        for _ in range(steps):
+            i = torch.randperm(2000, generator=g)[:16]
+            opt.zero_grad()
+            loss = model(input_ids=ids[i], labels=labels[i]).loss
+            loss.backward()
+            opt.step()
+            sched.step()
+            dbg.step(loss)
+    trace = dbg.trace
+    grads = trace.stats[trace.stats["step"] == 0].set_index("module_name")["out_grad_norm"]
+    query = grads["bert.encoder.layer.0.attention.self.query"]
+    assert query < 1e-4 * grads["classifier"]  # the small gradients this is about
+    assert grads["bert.embeddings.word_embeddings"] > 0.1 * grads["classifier"]
+    for method in ("heuristic", "probabilistic"):
+        hyps = ndb.explain(trace, method=method)
+        assert not hyps or hyps[0].confidence < 0.5, (method, hyps[:2])
