@@ -9,7 +9,9 @@ Example
 
 Lightning steps the optimizer through ``optimizer.step(closure)``; the capture measures the
 gradients inside the closure, so they are the step's own. With ``accumulate_grad_batches``
-the loss of the micro-batch that completes the step is recorded. Validation runs under
+the step's loss is the mean of its micro-batches' losses, as the Hugging Face callback
+records it (Lightning hands callbacks each micro-batch's loss divided by
+``accumulate_grad_batches``; their sum over the step is that mean). Validation runs under
 ``torch.no_grad`` and is not recorded. A precision plugin's ``GradScaler`` is picked up, so
 statistics are on the unscaled gradient scale.
 """
