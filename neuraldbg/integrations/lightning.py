@@ -78,6 +78,7 @@ class NeuralDbgCallback(Callback):
         hparams = dict(getattr(pl_module, "hparams", {}) or {})
         config = {**{k: v for k, v in hparams.items()
                      if isinstance(v, (int, float, str, bool, type(None)))}, **self.config}
+        self._loss = None  # (a fit interrupted mid-accumulation left a partial sum)
         scaler = getattr(getattr(trainer, "precision_plugin", None), "scaler", None)
         self.dbg = NeuralDbg(pl_module, optimizer=list(trainer.optimizers), every=self.every,
                              config=config, out=self.out, capture_config=self.capture_config,
