@@ -488,7 +488,8 @@ class Recorder:
             self._lr = read_lr(self._optimizers[0])  # a skipped step: nothing was measured
         if len(self._batch) or len(self._out_grads):
             self._add_queued(slot)
-        self._log.append(self._step, self._lr, self._loss, self._recording, complete)
+        self._log.append(self._step, self._lr, self._loss, self._recording, complete,
+                         bool(self._stepped) or not self._optimizers)
         self._slot += 1
         host_loss = self._host_loss
         self._clear_pending()

@@ -155,7 +155,8 @@ def _cmd_show(trace: Trace, args: argparse.Namespace) -> None:
     nf = s.first_nonfinite
     lines = [
         f"run         {args.run}",
-        f"status      {s.status}, {s.n_steps} steps ({s.n_recorded} with layer statistics)",
+        f"status      {s.status}, {s.n_steps} steps ({s.n_recorded} with layer statistics"
+        + (f", {s.n_skipped} skipped by the optimizer" if s.n_skipped else "") + ")",
         f"loss        first {fmt_num(s.loss_first)}, last {fmt_num(s.loss_last)} (finite "
         "values)",
         ("peak loss   " + (f"{fmt_num(s.loss_peak)} at step {s.loss_peak_step}"

@@ -19,7 +19,7 @@ __all__ = ["combine_ranks"]
 
 _STEP_AGG = {"loss": "mean", "lr": "first", "grad_norm": "mean", "param_norm": "mean",
              "update_norm": "mean", "update_ratio": "mean", "recorded": "any",
-             "complete": "all"}
+             "complete": "all", "stepped": "all"}
 _STAT_AGG = {"calls": "sum", "act_mean": "mean", "act_max_abs": "max", "act_frac_zero": "mean",
              "act_frac_dead": "mean", "act_frac_saturated": "mean", "act_nan": "sum",
              "act_inf": "sum", "out_grad_norm": "mean", "param_grad_norm": "mean",

@@ -3,7 +3,7 @@
 One buffer row per step slot: activation sums, max |x| and squared output-gradient norms on
 the model's device (written with ``index_add_`` when a step closes, never read on the host
 until :meth:`StepLog.drain`), denominators known from shapes on the host, and the per-step
-scalars (step, learning rate, loss, recorded, complete). :meth:`StepLog.drain` is the
+scalars (step, learning rate, loss, recorded, complete, stepped). :meth:`StepLog.drain` is the
 capture's one host synchronisation: it copies the first ``n`` rows and turns them into the
 numpy columns of ``trace.steps`` and ``trace.stats``.
 """
@@ -65,6 +65,7 @@ class StepLog:
         self.loss: list[float | torch.Tensor] = []  # host value, or the device tensor
         self.recorded: list[bool] = []
         self.complete: list[bool] = []
+        self.stepped: list[bool] = []
 
     def __len__(self) -> int:
         """Number of logged steps."""
@@ -94,13 +95,14 @@ class StepLog:
         return den
 
     def append(self, step: int, lr: float | torch.Tensor, loss: float | torch.Tensor,
-               recorded: bool, complete: bool) -> None:
+               recorded: bool, complete: bool, stepped: bool = True) -> None:
         """The scalars of the step whose statistics went into row ``len(self)``."""
         self.steps.append(step)
         self.lr.append(lr)
         self.loss.append(loss)
         self.recorded.append(recorded)
         self.complete.append(complete)
+        self.stepped.append(stepped)
 
     def drain(self, n: int, meter: ParamMeter) -> Chunk:
         """Columns of ``trace.steps`` and ``trace.stats`` for the first ``n`` steps; reset them."""
@@ -134,8 +136,10 @@ class StepLog:
             "update_ratio": update_ratio,
             "recorded": recorded,
             "complete": np.asarray(self.complete[:n], dtype=bool),
+            "stepped": np.asarray(self.stepped[:n], dtype=bool),
         }
-        for lst in (self.steps, self.lr, self.recorded, self.complete, self.loss):
+        for lst in (self.steps, self.lr, self.recorded, self.complete, self.stepped,
+                    self.loss):
             del lst[:n]
         rec = np.flatnonzero(recorded)
         stats = finish_module_stats(

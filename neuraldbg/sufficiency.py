@@ -3,10 +3,14 @@
 Every diagnosis method reads the same checked view of a trace (:func:`usable_trace`): steps
 that never finished (an exception or a crash inside the step, a forward after the last
 optimizer step written by an older capture) are left out, since their statistics describe a
-step that did not happen. A run with fewer than :data:`MIN_STEPS` finished steps cannot be
-told apart from the normal first steps of training (a loss that has not moved yet, gradients
-without a baseline to compare with), so its hypotheses are kept but scaled below 0.5
-(:func:`hedge`) and say why in their metadata: a thin trace gives no confident verdict.
+step that did not happen; the gradients of steps no optimizer took (a ``GradScaler`` skipping
+the steps whose scaled gradients overflowed, :func:`without_skipped_gradients`) are left out
+too, and the rest of those steps kept.
+
+A run with fewer than :data:`MIN_STEPS` finished steps cannot be told apart from the normal
+first steps of training (a loss that has not moved yet, gradients without a baseline to
+compare with), so its hypotheses are kept but scaled below 0.5 (:func:`hedge`) and say why
+in their metadata: a thin trace gives no confident verdict.
 
 A training plateau is a loss that stopped improving: in a run shorter than the heuristic's
 ``plateau_min_steps`` (:func:`too_short_to_stall`) or while the loss still falls clearly at
@@ -32,8 +36,8 @@ from neuraldbg.thresholds import ThresholdConfig
 from neuraldbg.trace import Trace
 
 __all__ = ["MIN_STEPS", "HEDGED_CONFIDENCE", "TAIL_SHARE", "TREND_MIN_POINTS", "TREND_ALPHA",
-           "usable_trace", "thin_evidence", "still_improving", "adversarial_loss",
-           "too_short_to_stall",
+           "usable_trace", "without_skipped_gradients", "thin_evidence", "still_improving",
+           "adversarial_loss", "too_short_to_stall",
            "plateau_unclaimable", "hedge", "hedge_failure"]
 
 #: Fewest finished steps for a confident verdict. The State Classifier compares each layer
@@ -70,6 +74,7 @@ def usable_trace(trace: Trace) -> Trace:
                           modules=trace.modules,
                           meta={**trace.meta, "incomplete_steps_left_out":
                                 [int(s) for s in steps.loc[~done, "step"]]})
+    trace = without_skipped_gradients(trace)
     if len(trace.steps) == 0 or len(trace.stats) == 0:
         raise ValueError(
             "The trace holds no recorded step yet (no finished training step with "
@@ -77,6 +82,36 @@ def usable_trace(trace: Trace) -> Trace:
             "one full training step (forward, backward, optimizer.step()) inside `with dbg:` "
             "before explaining.")
     return trace
+
+
+#: Per-module statistics of a step's gradients, which a step no optimizer took discarded.
+SKIPPED_GRADIENT_COLUMNS = ("out_grad_norm", "param_grad_norm", "update_ratio")
+
+
+def without_skipped_gradients(trace: Trace) -> Trace:
+    """The trace with the gradient statistics of the steps no optimizer took set to NaN.
+
+    A ``GradScaler`` skips the optimizer step when the scaled gradients overflow (to inf or
+    NaN) and lowers the scale: the early steps of a float16 run often do. Those gradients
+    never reached the weights and their overflow is the scaler's business, not the model's;
+    the steps' losses and activations are kept. A run in which no optimizer ever stepped
+    (``stepped`` False throughout: ``opt.step()`` never called, or an optimizer that is not
+    the one given) is returned unchanged, since that itself is the finding.
+    """
+    steps = trace.steps
+    if "stepped" not in steps or not len(steps):
+        return trace
+    stepped = steps["stepped"].fillna(True).astype(bool).to_numpy()
+    if stepped.all() or not stepped.any():
+        return trace
+    skipped = steps.loc[~stepped, "step"].tolist()
+    stats = trace.stats.copy()
+    rows = stats["step"].isin(skipped).to_numpy()
+    for column in SKIPPED_GRADIENT_COLUMNS:
+        if column in stats:
+            stats.loc[rows, column] = np.nan
+    return Trace(steps=steps, stats=stats, modules=trace.modules,
+                 meta={**trace.meta, "skipped_steps": [int(s) for s in skipped]})
 
 
 def thin_evidence(trace: Trace) -> str | None:

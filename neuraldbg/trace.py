@@ -59,6 +59,10 @@ STEP_COLUMNS: dict[str, str] = {
     "recorded": "True when per-module statistics were recorded at this step",
     "complete": "False for a step without a loss: interrupted after the optimizer stepped "
     "and before ``dbg.step`` (an exception, a crash), or ``dbg.step()`` called without one",
+    "stepped": "False when no optimizer stepped in this step: a ``GradScaler`` skipped it "
+    "(non-finite scaled gradients), or the run stopped before the optimizer stepped; its "
+    "gradient, parameter and update norms are then NaN. True when no optimizer was given "
+    "(nothing tells), and in traces written before this column existed",
 }
 
 #: Columns of ``trace.stats`` (one row per recorded step and module).
@@ -551,4 +555,6 @@ def load_trace(path: str | os.PathLike[str]) -> Trace:
     stats = _read_parts(root, "stats", STAT_COLUMNS)
     if len(steps):
         steps = steps.sort_values("step", kind="stable").reset_index(drop=True)
+    if "stepped" not in steps.columns:  # written before the column existed: nothing tells
+        steps["stepped"] = True
     return Trace(steps=steps, stats=stats, modules=modules, meta=meta)

@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 import neuraldbg as ndb
+from neuraldbg.reporting.summary import summarize_run
 
 STEPS = 80
 
@@ -199,6 +200,44 @@ def test_grad_scaler_on_cpu_records_unscaled_statistics():
                                    rtol=1e-3, err_msg=column)
     assert scaled.meta["grad_scaler"] is True
     assert_healthy(scaled)
+
+
+def test_float16_steps_a_grad_scaler_skips_are_marked_and_raise_no_alarm():
+    """Float16 autocast from a scale of 2^24: the scaled gradients overflow at first and the
+    scaler skips those optimizer steps while it lowers the scale (as on a GPU). Those steps
+    are rows with ``stepped`` False (and no gradient norm); their overflowed gradients are
+    no evidence of a failure: both methods judge the run healthy and ``show`` finds nothing
+    non-finite."""
+    torch.manual_seed(0)
+    model, (x, y) = mlp(), data()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**24, growth_interval=10)
+    expected, skipped = [], []
+    with ndb.NeuralDbg(model, optimizer=opt, scaler=scaler) as dbg:
+        for _ in range(STEPS):
+            opt.zero_grad()
+            with torch.autocast("cpu", dtype=torch.float16):
+                out = model(x)
+            loss = ((out.float() - y) ** 2).mean()
+            scaler.scale(loss).backward()
+            scaler.unscale_(opt)
+            expected.append(grad_norm(model.parameters()))
+            scale = scaler.get_scale()
+            scaler.step(opt)
+            scaler.update()
+            skipped.append(scaler.get_scale() < scale)
+            dbg.step(loss)
+    steps = dbg.trace.steps
+    skipped_arr = np.asarray(skipped)
+    assert 3 <= skipped_arr.sum() < STEPS // 2  # the scaler did skip steps, and trained
+    np.testing.assert_array_equal(steps["stepped"].to_numpy(), ~skipped_arr)
+    assert steps.loc[skipped_arr, "grad_norm"].isna().all()
+    np.testing.assert_allclose(steps.loc[~skipped_arr, "grad_norm"],
+                               np.asarray(expected)[~skipped_arr], rtol=1e-3)
+    assert_healthy(dbg.trace)
+    summary = summarize_run(dbg.trace)
+    assert summary.first_nonfinite is None
+    assert summary.n_skipped == skipped_arr.sum()
 
 
 def test_gradient_accumulation():

@@ -75,9 +75,12 @@ class NeuralDbgTrainerCallback(TrainerCallback):
                   "gradient_accumulation_steps": args.gradient_accumulation_steps,
                   "max_grad_norm": args.max_grad_norm, "optimizer": str(args.optim),
                   **self.config}
+        kwargs = dict(self.kwargs)
+        # under fp16 mixed precision Accelerate's optimizer holds the run's GradScaler
+        kwargs.setdefault("scaler", getattr(optimizer, "scaler", None))
         self.dbg = NeuralDbg(model, optimizer=optimizer, every=self.every, config=config,
                              out=self.out, capture_config=self.capture_config,
-                             seed=args.seed, loss_from_output=True, **self.kwargs)
+                             seed=args.seed, loss_from_output=True, **kwargs)
         self.dbg.__enter__()
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:

@@ -214,7 +214,9 @@ def _summary_table(data: ReportData) -> str:
     s = data.summary
     nf = s.first_nonfinite
     rows = [
-        ("status", s.status), ("steps", f"{s.n_steps} ({s.n_recorded} with layer statistics)"),
+        ("status", s.status), ("steps", f"{s.n_steps} ({s.n_recorded} with layer statistics"
+                                        + (f", {s.n_skipped} skipped by the optimizer"
+                                           if s.n_skipped else "") + ")"),
         ("loss first / last finite", f"{fmt_num(s.loss_first)} / {fmt_num(s.loss_last)}"),
         ("peak loss", f"{fmt_num(s.loss_peak)} at step {s.loss_peak_step}"
          if s.loss_peak is not None else "-"),

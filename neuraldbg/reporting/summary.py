@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from neuraldbg.stat_tables import wide_stats
+from neuraldbg.sufficiency import without_skipped_gradients
 from neuraldbg.trace import Trace
 
 __all__ = ["NonFinite", "RunSummary", "summarize_run", "module_types", "layer_label"]
@@ -46,6 +47,9 @@ class RunSummary:
     ----------
     n_steps, n_recorded, n_modules : int
         Steps, steps with per-module statistics, monitored modules.
+    n_skipped : int
+        Steps in which no optimizer stepped (a ``GradScaler`` skipped them: their gradients
+        were not finite at the scale of the time, which the scaler then lowers).
     status : str
         ``complete``, ``failed``, ``running`` ... as the capture wrote it.
     loss_first, loss_last : float or None
@@ -68,6 +72,7 @@ class RunSummary:
     n_steps: int
     n_recorded: int
     n_modules: int
+    n_skipped: int
     status: str
     loss_first: float | None
     loss_last: float | None
@@ -109,7 +114,9 @@ def _value_name(v: float) -> str:
 def _first_module_nonfinite(trace: Trace) -> NonFinite | None:
     if len(trace.stats) == 0:
         return None
-    steps, names, t = wide_stats(trace, ("act_nan", "act_inf", "out_grad_norm"))
+    # (a step the optimizer skipped has overflowed gradients by design: a GradScaler's)
+    steps, names, t = wide_stats(without_skipped_gradients(trace),
+                                 ("act_nan", "act_inf", "out_grad_norm"))
     out_bad = (np.nan_to_num(t["act_nan"]) > 0) | (np.nan_to_num(t["act_inf"]) > 0)
     grad = t["out_grad_norm"]
     grad_bad = np.isinf(grad)  # NaN there also means "not measured"
@@ -157,6 +164,8 @@ def summarize_run(trace: Trace) -> RunSummary:
     bad_loss = None
     complete = (steps["complete"].to_numpy(dtype=bool) if "complete" in steps
                 else np.ones(len(loss), bool))
+    stepped = (steps["stepped"].to_numpy(dtype=bool) if "stepped" in steps
+               else np.ones(len(loss), bool))
     nonfinite_rows = np.flatnonzero(~finite & complete)
     if len(nonfinite_rows):
         r = int(nonfinite_rows[0])
@@ -164,7 +173,9 @@ def summarize_run(trace: Trace) -> RunSummary:
     candidates = [c for c in (bad_loss, _first_module_nonfinite(trace)) if c is not None]
     if len(steps) and "grad_norm" in steps:
         g = steps["grad_norm"].to_numpy(dtype=float)
-        rows = np.flatnonzero(np.isinf(g) | (np.isnan(g) & complete & ~np.isnan(loss)))
+        # (a step no optimizer took has no gradient norm: a GradScaler skipped it)
+        rows = np.flatnonzero(np.isinf(g) | (np.isnan(g) & complete & stepped
+                                             & ~np.isnan(loss)))
         if len(rows):
             r = int(rows[0])
             candidates.append(NonFinite(int(step_ids[r]), "global gradient norm",
@@ -177,6 +188,7 @@ def summarize_run(trace: Trace) -> RunSummary:
     n_rec = int(steps["recorded"].sum()) if len(steps) and "recorded" in steps else 0
     return RunSummary(
         n_steps=int(len(steps)), n_recorded=n_rec, n_modules=int(len(trace.modules)),
+        n_skipped=int((~stepped).sum()),
         status=str(trace.meta.get("status", "unknown")), loss_first=first, loss_last=last,
         loss_peak=peak, loss_peak_step=peak_step, loss_min=low, loss_min_step=low_step,
         first_nonfinite=first_bad, first_nonfinite_loss=bad_loss, layers=layers,
