@@ -213,6 +213,10 @@ class Recorder:
                             has_params=self._has_params, complement=self._complement)
         self._diversity = WeightDiversity(leaves)
         self._diversity_at: int | None = None  # step of the last diversity flush
+        # A parameter near the input, watched for gradients thrown away between a backward
+        # and the next forward (``zero_grad`` after a probe's backward): the first trainable
+        # one, which every backward through the whole model reaches.
+        self._sentinel = next((p for p in self.model.parameters() if p.requires_grad), None)
 
     # --------------------------------------------------------------- lifecycle
     def __enter__(self) -> Recorder:
@@ -236,6 +240,9 @@ class Recorder:
                 self._handles.append(self.model.register_forward_hook(self._root_hook))
             if self._recording:
                 self._attach_forward_hooks()
+            if self._sentinel is not None:
+                self._handles.append(self._sentinel.register_post_accumulate_grad_hook(
+                    self._sentinel_hook))
             for k, opt in enumerate(self._optimizers):
                 self._handles.append(opt.register_step_pre_hook(partial(self._pre_step_hook, k)))
                 self._handles.append(opt.register_step_post_hook(partial(self._post_step_hook,
@@ -325,6 +332,8 @@ class Recorder:
         if self._stepped:  # (emptied only when used: this runs every step)
             self._stepped = set()
         self._measured = False             # parameter-side norms taken for the open step
+        self._backward_done = False        # a backward reached the sentinel in the open step
+        self._in_step = False              # inside an optimizer's step (its closure runs)
         self._lr: float | torch.Tensor = float("nan")
         self._loss: float | torch.Tensor = float("nan")
         self._scale: torch.Tensor | None = None
@@ -353,6 +362,10 @@ class Recorder:
             self._close_step()  # (a model whose root is never called, e.g. a GAN's dict)
         if not self._recording or not torch.is_grad_enabled():
             return  # not a recorded step, or an evaluation pass under no_grad
+        sentinel = self._sentinel
+        if self._backward_done and not self._in_step and sentinel is not None \
+                and sentinel.grad is None:
+            self._drop_discarded()
         x = output if type(output) is torch.Tensor else first_float_tensor(output)
         if x is None or not x.is_floating_point() or x.numel() == 0:
             return
@@ -374,6 +387,25 @@ class Recorder:
             else:  # a leaf (an identity module's input)
                 x.register_hook(partial(self._grad_hook, idx, row))
 
+    def _sentinel_hook(self, param: torch.Tensor) -> None:
+        self._backward_done = True
+
+    def _drop_discarded(self) -> None:
+        """Forget the open step's forwards and backwards so far: their gradients were reset.
+
+        A backward whose gradients are cleared before the next forward (a saliency probe,
+        a validation pass with ``loss.backward()`` for its own sake, then ``zero_grad``)
+        did not train the step; an optimizer's closure (LBFGS) is left alone.
+        """
+        self._backward_done = False
+        self._scale = None
+        if self._output_losses:
+            self._output_losses = []
+        if len(self._batch):
+            self._batch.reset()
+        if len(self._out_grads):
+            self._out_grads.reset()
+
     def _node_grad_hook(self, idx: int, row: int, nr: int, grad_outputs: Any) -> None:
         """The gradient of output ``nr`` of the node that made a module's output."""
         grad = grad_outputs[nr]
@@ -392,6 +424,7 @@ class Recorder:
                        kwargs: Any) -> tuple[Any, Any] | None:
         if self._loss_given and k in self._stepped:
             self._close_step()  # dbg.step came before opt.step and this is the next step
+        self._in_step = True
         if k == 0 or not self._stepped:
             self._lr = read_lr(optimizer)
         wrapped = closure_then(args, kwargs, self._measure, k)
@@ -408,6 +441,7 @@ class Recorder:
                         kwargs: Any) -> None:
         self._meter.after_update(self._slot, group=k)
         self._stepped.add(k)
+        self._in_step = False
 
     # ------------------------------------------------------------- step/flush
     @property

@@ -240,6 +240,40 @@ def test_float16_steps_a_grad_scaler_skips_are_marked_and_raise_no_alarm():
     assert summary.n_skipped == skipped_arr.sum()
 
 
+def test_a_probe_backward_whose_gradients_are_cleared_is_not_part_of_the_next_step():
+    """A saliency probe between steps (a forward and a backward on other inputs, then
+    ``zero_grad``) trained nothing: the next step's statistics are those of its own forward
+    and backward, as in the same run without the probe."""
+    torch.manual_seed(0)
+    plain_model = mlp()
+    probed_model = mlp()
+    probed_model.load_state_dict(plain_model.state_dict())
+    x, y = data()
+    xp, _ = data(1)
+    traces = []
+    for model, probe in ((plain_model, False), (probed_model, True)):
+        opt = torch.optim.SGD(model.parameters(), lr=0.05)
+        with ndb.NeuralDbg(model, optimizer=opt) as dbg:
+            for _ in range(20):
+                if probe:
+                    xq = (xp * 3).requires_grad_()
+                    model(xq).sum().backward()
+                    assert xq.grad is not None
+                    opt.zero_grad()
+                opt.zero_grad()
+                loss = ((model(x) - y) ** 2).mean()
+                loss.backward()
+                opt.step()
+                dbg.step(loss)
+        traces.append(dbg.trace)
+    plain, probed = traces
+    assert (probed.stats["calls"] == 1).all()
+    for column in ("act_mean", "act_std", "act_max_abs", "out_grad_norm", "param_grad_norm"):
+        np.testing.assert_allclose(probed.stat(column).to_numpy(), plain.stat(column).to_numpy(),
+                                   rtol=1e-5, err_msg=column)
+    assert_healthy(probed)
+
+
 def test_gradient_accumulation():
     model, (x, y) = mlp(), data()
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
