@@ -332,17 +332,10 @@ class Recorder:
         if self._stepped:  # (emptied only when used: this runs every step)
             self._stepped = set()
         self._measured = False             # parameter-side norms taken for the open step
-        self._backward_done = False        # a backward reached the sentinel in the open step
         self._in_step = False              # inside an optimizer's step (its closure runs)
         self._lr: float | torch.Tensor = float("nan")
         self._loss: float | torch.Tensor = float("nan")
-        self._scale: torch.Tensor | None = None
-        if self._output_losses:
-            self._output_losses = []
-        if len(self._batch):
-            self._batch.reset()
-        if len(self._out_grads):
-            self._out_grads.reset()
+        self._drop_queued()
 
     # ------------------------------------------------------------------ hooks
     def _root_pre_hook(self, module: nn.Module, inputs: Any) -> None:
@@ -365,7 +358,7 @@ class Recorder:
         sentinel = self._sentinel
         if self._backward_done and not self._in_step and sentinel is not None \
                 and sentinel.grad is None:
-            self._drop_discarded()
+            self._drop_queued()
         x = output if type(output) is torch.Tensor else first_float_tensor(output)
         if x is None or not x.is_floating_point() or x.numel() == 0:
             return
@@ -390,15 +383,15 @@ class Recorder:
     def _sentinel_hook(self, param: torch.Tensor) -> None:
         self._backward_done = True
 
-    def _drop_discarded(self) -> None:
-        """Forget the open step's forwards and backwards so far: their gradients were reset.
+    def _drop_queued(self) -> None:
+        """Forget the open step's forwards and backwards so far (what the hooks queued).
 
-        A backward whose gradients are cleared before the next forward (a saliency probe,
-        a validation pass with ``loss.backward()`` for its own sake, then ``zero_grad``)
-        did not train the step; an optimizer's closure (LBFGS) is left alone.
+        Also when their gradients were reset before the next forward: a backward cleared
+        by ``zero_grad`` (a saliency probe, a validation pass with ``loss.backward()`` for
+        its own sake) did not train the step; an optimizer's closure (LBFGS) is left alone.
         """
-        self._backward_done = False
-        self._scale = None
+        self._backward_done = False        # a backward reached the sentinel in the open step
+        self._scale: torch.Tensor | None = None
         if self._output_losses:
             self._output_losses = []
         if len(self._batch):
