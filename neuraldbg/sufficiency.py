@@ -5,7 +5,8 @@ that never finished (an exception or a crash inside the step, a forward after th
 optimizer step written by an older capture) are left out, since their statistics describe a
 step that did not happen; the gradients of steps no optimizer took (a ``GradScaler`` skipping
 the steps whose scaled gradients overflowed, :func:`without_skipped_gradients`) are left out
-too, and the rest of those steps kept.
+too, and the rest of those steps kept; a loss that goes below zero is measured from its own
+floor (:func:`loss_above_floor`).
 
 A run with fewer than :data:`MIN_STEPS` finished steps cannot be told apart from the normal
 first steps of training (a loss that has not moved yet, gradients without a baseline to
@@ -36,7 +37,8 @@ from neuraldbg.thresholds import ThresholdConfig
 from neuraldbg.trace import Trace
 
 __all__ = ["MIN_STEPS", "HEDGED_CONFIDENCE", "TAIL_SHARE", "TREND_MIN_POINTS", "TREND_ALPHA",
-           "usable_trace", "without_skipped_gradients", "thin_evidence", "still_improving",
+           "usable_trace", "without_skipped_gradients", "loss_above_floor", "thin_evidence",
+           "still_improving",
            "adversarial_loss", "too_short_to_stall",
            "plateau_unclaimable", "hedge", "hedge_failure"]
 
@@ -74,14 +76,51 @@ def usable_trace(trace: Trace) -> Trace:
                           modules=trace.modules,
                           meta={**trace.meta, "incomplete_steps_left_out":
                                 [int(s) for s in steps.loc[~done, "step"]]})
-    trace = without_skipped_gradients(trace)
+    trace = loss_above_floor(without_skipped_gradients(trace))
     if len(trace.steps) == 0 or len(trace.stats) == 0:
+        if len(steps) and "loss" in steps and steps["loss"].isna().all():
+            raise ValueError(
+                f"The trace's {len(steps)} steps were recorded without a loss "
+                "(dbg.step() called with no argument, and no loss in the model's output), so "
+                "there is nothing to explain a failure from. Pass the step's loss: "
+                "dbg.step(loss).")
         raise ValueError(
             "The trace holds no recorded step yet (no finished training step with "
             "statistics), so there is nothing to explain. Call dbg.step(loss) after at least "
             "one full training step (forward, backward, optimizer.step()) inside `with dbg:` "
             "before explaining.")
     return trace
+
+
+#: A loss that goes below zero has no floor at zero to measure its fall against: it is
+#: measured from its lowest finite value less this share of its finite range (so that the
+#: lowest point is not exactly zero).
+SIGNED_LOSS_MARGIN = 0.05
+
+
+def loss_above_floor(trace: Trace) -> Trace:
+    """The trace with a loss that goes below zero measured from its own floor.
+
+    The diagnosis reads a loss's fall as a ratio to its start (a cross-entropy or a squared
+    error falls toward zero). A loss that can be negative (the negative log-likelihood of a
+    density, a negative cosine similarity, a loss with a constant dropped) has no such
+    floor, and a ratio of two negative numbers reads a fall as a rise. Such a loss is
+    replaced by its height above ``min(loss) - SIGNED_LOSS_MARGIN * range``, which keeps
+    every difference and makes the ratios mean what they do for a non-negative loss;
+    ``meta["loss_floor"]`` holds the floor subtracted (loss values in hypotheses' metadata
+    are measured from it). A loss that never goes below zero is returned unchanged.
+    """
+    steps = trace.steps
+    if "loss" not in steps or not len(steps):
+        return trace
+    loss = steps["loss"].to_numpy(dtype=float, na_value=np.nan)
+    finite = loss[np.isfinite(loss)]
+    if not finite.size or finite.min() >= 0:
+        return trace
+    span = float(finite.max() - finite.min()) or max(abs(float(finite.min())), 1.0)
+    floor = float(finite.min()) - SIGNED_LOSS_MARGIN * span
+    return Trace(steps=steps.assign(loss=loss - floor), stats=trace.stats,
+                 modules=trace.modules, meta={**trace.meta, "loss_floor": floor})
 
 
 #: Per-module statistics of a step's gradients, which a step no optimizer took discarded.

@@ -131,6 +131,22 @@ def test_no_finished_step_is_a_clear_error() -> None:
             dbg.explain_failure()
 
 
+def test_steps_recorded_without_a_loss_say_so() -> None:
+    """``dbg.step()`` with no argument on a model whose output holds no loss: every step is
+    there but without a loss; the error names that, not an empty trace."""
+    model = _mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with ndb.NeuralDbg(model, optimizer=opt) as dbg:
+        for _ in range(10):
+            opt.zero_grad()
+            model(torch.randn(4, 16)).pow(2).mean().backward()
+            opt.step()
+            dbg.step()
+    assert len(dbg.trace.steps) == 10
+    with pytest.raises(ValueError, match=r"recorded without a loss.*dbg\.step\(loss\)"):
+        ndb.explain(dbg.trace)
+
+
 def test_hedge_keeps_order_and_ratios() -> None:
     hyps = [ndb.Hypothesis("loss_divergence", "learning_rate_too_high", "0", 0, 0.9, {}),
             ndb.Hypothesis("exploding_gradients", "unknown", "0", 0, 0.3, {})]
