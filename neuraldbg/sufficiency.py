@@ -32,6 +32,7 @@ import dataclasses
 import numpy as np
 from scipy import stats
 
+from neuraldbg.events import CurveWindows, loss_dynamics
 from neuraldbg.records import Hypothesis
 from neuraldbg.thresholds import ThresholdConfig
 from neuraldbg.trace import Trace
@@ -39,7 +40,7 @@ from neuraldbg.trace import Trace
 __all__ = ["MIN_STEPS", "HEDGED_CONFIDENCE", "TAIL_SHARE", "TREND_MIN_POINTS", "TREND_ALPHA",
            "usable_trace", "without_skipped_gradients", "loss_above_floor", "thin_evidence",
            "still_improving",
-           "adversarial_loss", "too_short_to_stall",
+           "adversarial_loss", "too_short_to_stall", "improved_past_a_stall",
            "plateau_unclaimable", "hedge", "hedge_failure"]
 
 #: Fewest finished steps for a confident verdict. The State Classifier compares each layer
@@ -93,9 +94,14 @@ def usable_trace(trace: Trace) -> Trace:
 
 
 #: A loss that goes below zero has no floor at zero to measure its fall against: it is
-#: measured from its lowest finite value less this share of its finite range (so that the
-#: lowest point is not exactly zero).
-SIGNED_LOSS_MARGIN = 0.05
+#: measured from its lowest finite value less this multiple of its finite range. Measured on
+#: a heteroscedastic Gaussian NLL (tests/test_loss_styles.py and a new-user probe's runs):
+#: a quarter of the range reads the healthy runs (0.4 -> -1.2, a negative cosine, an NLL
+#: settling around 0) as learning in the causal model itself (top 0.14), and a stalled one
+#: (lr 1e-8, loss shifted below zero) as a plateau for both methods (0.63, 0.91); half a
+#: range and more read the NLL settling around 0 as a plateau the stall rule then has to
+#: hedge (0.45), and 5% weakens the heuristic's claim on the stall (0.51).
+SIGNED_LOSS_MARGIN = 0.25
 
 
 def loss_above_floor(trace: Trace) -> Trace:
@@ -106,7 +112,8 @@ def loss_above_floor(trace: Trace) -> Trace:
     density, a negative cosine similarity, a loss with a constant dropped) has no such
     floor, and a ratio of two negative numbers reads a fall as a rise. Such a loss is
     replaced by its height above ``min(loss) - SIGNED_LOSS_MARGIN * range``, which keeps
-    every difference and makes the ratios mean what they do for a non-negative loss;
+    every difference and makes the ratios mean what they do for a non-negative loss (the
+    true floor is unknown: see :data:`SIGNED_LOSS_MARGIN` for why one range below it);
     ``meta["loss_floor"]`` holds the floor subtracted (loss values in hypotheses' metadata
     are measured from it). A loss that never goes below zero is returned unchanged.
     """
@@ -237,10 +244,32 @@ def too_short_to_stall(trace: Trace, config: ThresholdConfig | None = None) -> s
             "to tell a stall from the first steps of training")
 
 
+def improved_past_a_stall(trace: Trace, config: ThresholdConfig | None = None) -> str | None:
+    """Why the run's loss fell too far to be a plateau, or ``None``.
+
+    A stall is a loss that improved by less than ``plateau_improvement`` from its first to
+    its last window (the heuristic's plateau rule, :func:`neuraldbg.events.loss_dynamics`,
+    measured after an initial transient as it does). A loss that fell further and settled
+    may have reached its task's floor (label noise, a hard task, soft targets whose entropy
+    bounds a distillation loss): without a cause that explains a stall, the trace cannot
+    tell that floor from a failure, and the causal model, fitted on stalls that never left
+    their start, read such runs as plateaus at 0.91 (a binary task at its Bayes ceiling,
+    its loss 0.69 -> 0.58).
+    """
+    cfg = config or ThresholdConfig()
+    dyn = loss_dynamics(trace, cfg)
+    settled = (1.0 - dyn.stall) * CurveWindows().stall_improvement
+    if not np.isfinite(dyn.improvement) or settled < cfg.plateau_improvement:
+        return None
+    return (f"the loss fell by {min(settled, dyn.improvement):.0%} over the run, more than "
+            f"the {cfg.plateau_improvement:.0%} a stall allows: it may have reached its "
+            "task's floor")
+
+
 def plateau_unclaimable(trace: Trace, config: ThresholdConfig | None = None) -> str | None:
     """Why no method may claim a training plateau on this run (see the module notes)."""
     return (adversarial_loss(trace) or too_short_to_stall(trace, config)
-            or still_improving(trace, config))
+            or still_improving(trace, config) or improved_past_a_stall(trace, config))
 
 
 def hedge_failure(hypotheses: list[Hypothesis], failure_type: str,
