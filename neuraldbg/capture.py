@@ -359,12 +359,12 @@ class Recorder:
         if self._backward_done and not self._in_step and sentinel is not None \
                 and sentinel.grad is None:
             self._drop_queued()
+        idx = self._index[id(module)]
+        if idx not in self._forward_seen:  # (also a module whose output is not measured)
+            self._forward_seen[idx] = len(self._forward_seen)
         x = output if type(output) is torch.Tensor else first_float_tensor(output)
         if x is None or not x.is_floating_point() or x.numel() == 0:
             return
-        idx = self._index[id(module)]
-        if idx not in self._forward_seen:
-            self._forward_seen[idx] = len(self._forward_seen)
         needs_grad = x.requires_grad
         # grad mode off (gradients were enabled: checked above) rather than x.detach(): no
         # graph is built and no dispatched op is spent per call

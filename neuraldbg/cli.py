@@ -164,7 +164,9 @@ def _cmd_show(trace: Trace, args: argparse.Namespace) -> None:
         ("lowest loss " + (f"{fmt_num(s.loss_min)} at step {s.loss_min_step}"
                         if s.loss_min is not None else "-")),
         ("non-finite  " + (f"first {nf.value} in the {nf.where} at step {nf.step}" if nf
-                           else "none (every loss, gradient and output finite)")),
+                           else "none (every loss, gradient and output finite"
+                           + (f"; the gradients of the {s.n_skipped} skipped steps left out"
+                              if s.n_skipped else "") + ")")),
     ]
     if s.first_nonfinite_loss and s.first_nonfinite_loss != nf:
         lines.append(f"            loss non-finite from step {s.first_nonfinite_loss.step}")

@@ -112,14 +112,14 @@ def group_by_optimizer(params: list[nn.Parameter], owner: list[int], names: list
             "parameters, so they will not train this model. Was the model re-created, or its "
             "parameters replaced, after the optimizer was built? Build the optimizer from "
             "this model: torch.optim.Adam(model.parameters(), ...).",
-            NeuralDbgWarning, stacklevel=5)
+            NeuralDbgWarning, stacklevel=4)
     elif loose:
         shown = ", ".join(names[i] for i in loose[:4]) + (", ..." if len(loose) > 4 else "")
         warnings.warn(
             f"{len(loose)} trainable parameter(s) are in none of the optimizers given "
             f"({shown}): their update is not measured. Pass every optimizer that steps the "
             "model, e.g. NeuralDbg(model, optimizer=[opt_a, opt_b]).",
-            NeuralDbgWarning, stacklevel=5)
+            NeuralDbgWarning, stacklevel=4)
     order: list[int] = []
     groups: list[tuple[int, int, int]] = []
     for k, mine in enumerate(per_opt):

@@ -90,7 +90,8 @@ MODULE_COLUMNS: dict[str, str] = {
     "module_name": "qualified name as ``model.named_modules()`` spells it",
     "module_type": "class name, e.g. ``Linear``",
     "order": "index in ``named_modules()`` order (definition order)",
-    "forward_order": "order of the first forward call (-1 if never called while recording)",
+    "forward_order": "order of the first forward call in a recorded training step, whatever "
+    "the output (-1 if never called there: unused, or called only under no_grad)",
     "depth": "nesting depth (number of dots in the name)",
     "parent": "qualified name of the parent module ('' for top-level children)",
     "activation_family": "how saturation is judged: sigmoid, tanh, softmax, relu, smooth, linear, "

@@ -447,3 +447,30 @@ def test_bfloat16_parameters_get_float32_norms():
             dbg.step(loss)
     np.testing.assert_allclose(dbg.trace.steps["grad_norm"], grads, rtol=1e-5)
     np.testing.assert_allclose(dbg.trace.steps["param_norm"], params, rtol=1e-5)
+
+
+class _Spectrum(nn.Module):
+    """A complex output (not measured): its place in the forward order still counts."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.fft.rfft(x)
+
+
+class _Magnitude(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.abs()
+
+
+def test_modules_whose_output_is_not_measured_keep_their_place_in_the_forward_order():
+    model = nn.Sequential(nn.Linear(16, 32), _Spectrum(), _Magnitude(), nn.Linear(17, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.randn(64, 16), torch.randn(64, 1)
+    with ndb.NeuralDbg(model, optimizer=opt) as dbg:
+        for _ in range(3):
+            opt.zero_grad()
+            loss = ((model(x) - y) ** 2).mean()
+            loss.backward()
+            opt.step()
+            dbg.step(loss)
+    assert dbg.trace.module_names == ["0", "1", "2", "3"]
+    assert dbg.trace.stats.query("module_name == '1'")["act_mean"].isna().all()

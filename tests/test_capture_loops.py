@@ -406,3 +406,13 @@ def test_exception_inside_the_block_leaves_only_whole_steps(tmp_path):
     assert_norms(trace, expected)
     assert trace.meta["status"] == "failed" and trace.meta["n_steps"] == STEPS
     assert_healthy(trace)
+
+
+def test_the_warning_for_parameters_no_optimizer_holds_points_at_the_users_line():
+    """A head left out of the optimizer: the warning names the line that built the
+    recorder (it said ``sys:1`` from a script's top level, the frame above the caller)."""
+    model = mlp()
+    opt = torch.optim.SGD(model[0].parameters(), lr=0.05)
+    with pytest.warns(ndb.NeuralDbgWarning, match="in none of the optimizers") as caught:
+        ndb.NeuralDbg(model, optimizer=opt)
+    assert caught[0].filename == __file__
