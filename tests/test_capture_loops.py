@@ -7,6 +7,8 @@ both diagnosis methods must judge the run healthy (no hypothesis at confidence >
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 import torch
@@ -416,3 +418,37 @@ def test_the_warning_for_parameters_no_optimizer_holds_points_at_the_users_line(
     with pytest.warns(ndb.NeuralDbgWarning, match="in none of the optimizers") as caught:
         ndb.NeuralDbg(model, optimizer=opt)
     assert caught[0].filename == __file__
+
+
+def test_a_compiled_model_runs_the_hooks_eagerly_and_records_what_eager_does():
+    """``torch.compile(model)`` given to the recorder: Dynamo must not trace the hooks (it
+    warned about their caches and recompiled past its limit, 20x slower than eager); the
+    statistics equal the eager run's. The ``aot_eager`` backend exercises Dynamo without a
+    C++ compiler."""
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    eager_model = mlp()
+    compiled_source = mlp()
+    compiled_source.load_state_dict(eager_model.state_dict())
+    x, y = data()
+    traces = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for model in (eager_model, torch.compile(compiled_source, backend="aot_eager")):
+            opt = torch.optim.SGD(model.parameters(), lr=0.05)
+            with ndb.NeuralDbg(model, optimizer=opt, every=4) as dbg:
+                for _ in range(24):
+                    opt.zero_grad()
+                    loss = ((model(x) - y) ** 2).mean()
+                    loss.backward()
+                    opt.step()
+                    dbg.step(loss)
+            traces.append(dbg.trace)
+    dynamo = [str(w.message)[:120] for w in caught if "dynamo" in str(w.filename).lower()
+              or "recompile" in str(w.message).lower()]
+    assert not dynamo, dynamo
+    eager, compiled = traces
+    assert compiled.module_names == [f"_orig_mod.{n}" for n in eager.module_names]
+    for column in ("act_std", "act_mean", "out_grad_norm", "param_grad_norm"):
+        np.testing.assert_allclose(compiled.stat(column).to_numpy(),
+                                   eager.stat(column).to_numpy(), rtol=1e-4, err_msg=column)
