@@ -25,7 +25,8 @@ class CaptureConfig:
     dense_window : int
         After a non-finite loss or a loss spike, record every step for this many steps.
     spike_factor : float
-        A loss above ``spike_factor`` x its running mean counts as a spike.
+        A loss above ``spike_factor`` x its running mean counts as a spike (when it also
+        rises by a quarter of the loss's starting level: :mod:`neuraldbg.sampling`).
     sigmoid_margin : float
         A sigmoid output within this distance of 0 or 1 is saturated (|pre-activation| > 4.6).
     tanh_margin : float

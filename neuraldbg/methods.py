@@ -56,6 +56,7 @@ from neuraldbg.states import StateTable, classify_states
 from neuraldbg.sufficiency import (
     hedge,
     hedge_failure,
+    improved_past_a_stall,
     plateau_unclaimable,
     thin_evidence,
     usable_trace,
@@ -427,7 +428,11 @@ def explain(trace: Trace | str | os.PathLike[str], method: str | DiagnosisMethod
         failure claimed on a model whose BatchNorm layers do not normalise (trained in
         ``eval()`` mode) is named with ``root_cause="unknown"`` and that hint, and so is a
         too-low rate claimed under a gradient norm a clip pinned at every step, and a
-        failure on weights that collapsed toward zero (a weight decay far too strong).
+        failure on weights that collapsed toward zero (a weight decay far too strong). A
+        training plateau is kept below 0.5 (``metadata["thin_evidence"]`` says why) on a
+        run too short to stall, a loss still falling, a GAN's players, and, when no cause
+        explains it, a loss that fell by more than a stall allows and settled (its task's
+        floor, :func:`neuraldbg.sufficiency.improved_past_a_stall`).
 
     Raises
     ------
@@ -445,8 +450,11 @@ def explain(trace: Trace | str | os.PathLike[str], method: str | DiagnosisMethod
     hint = cause_outside_vocabulary(usable, hypotheses)
     if hint:
         hypotheses = name_cause_unknown(hypotheses, hint)
-    if any(h.failure_type == "training_plateau" and h.confidence >= 0.5 for h in hypotheses):
-        why = plateau_unclaimable(usable)
+    claim = next((h for h in hypotheses
+                  if h.failure_type == "training_plateau" and h.confidence >= 0.5), None)
+    if claim is not None:
+        why = plateau_unclaimable(usable) or (improved_past_a_stall(usable)
+                                              if claim.root_cause == "unknown" else None)
         if why:
             return hedge_failure(hypotheses, "training_plateau", why)
     return hypotheses

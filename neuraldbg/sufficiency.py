@@ -251,10 +251,11 @@ def improved_past_a_stall(trace: Trace, config: ThresholdConfig | None = None) -
     its last window (the heuristic's plateau rule, :func:`neuraldbg.events.loss_dynamics`,
     measured after an initial transient as it does). A loss that fell further and settled
     may have reached its task's floor (label noise, a hard task, soft targets whose entropy
-    bounds a distillation loss): without a cause that explains a stall, the trace cannot
-    tell that floor from a failure, and the causal model, fitted on stalls that never left
-    their start, read such runs as plateaus at 0.91 (a binary task at its Bayes ceiling,
-    its loss 0.69 -> 0.58).
+    bounds a distillation loss): unless a cause explains that floor (a softmax before the
+    cross-entropy), the trace cannot tell it from a failure, and the causal model, fitted
+    on stalls that never left their start, read such runs as plateaus of unknown cause at
+    0.91 (a binary task at its Bayes ceiling, its loss 0.69 -> 0.58). ``explain`` applies
+    it to a plateau claimed with ``root_cause="unknown"``.
     """
     cfg = config or ThresholdConfig()
     dyn = loss_dynamics(trace, cfg)
@@ -269,7 +270,7 @@ def improved_past_a_stall(trace: Trace, config: ThresholdConfig | None = None) -
 def plateau_unclaimable(trace: Trace, config: ThresholdConfig | None = None) -> str | None:
     """Why no method may claim a training plateau on this run (see the module notes)."""
     return (adversarial_loss(trace) or too_short_to_stall(trace, config)
-            or still_improving(trace, config) or improved_past_a_stall(trace, config))
+            or still_improving(trace, config))
 
 
 def hedge_failure(hypotheses: list[Hypothesis], failure_type: str,

@@ -146,6 +146,21 @@ def test_loss_spike_switches_to_every_step():
     assert 10 not in recorded
 
 
+def test_minibatch_noise_near_convergence_is_no_spike():
+    """Unit test of the schedule alone: a loss that fell from 2.3 to 0.05, where single
+    batches reach 0.23 (4.6x the running mean, a rise of 8% of the start), stays on the
+    every-16 schedule; a loss that jumps from 0.05 to 1.5 is a spike."""
+    from neuraldbg.capture_config import CaptureConfig
+    from neuraldbg.sampling import SamplingSchedule
+
+    schedule = SamplingSchedule(CaptureConfig(every=16))
+    losses = np.r_[np.linspace(2.3, 0.05, 100), np.full(200, 0.05)]
+    losses[100::7] = 0.23
+    recorded = [step for step in range(1, 300) if schedule.next(step, float(losses[step - 1]))]
+    assert recorded == list(range(16, 300, 16))
+    assert schedule.next(300, 1.5) and schedule.next(301, 0.05)  # a spike: dense from here
+
+
 def test_dead_units_of_a_relu_after_a_conv_are_channels():
     model = nn.Sequential(nn.Conv2d(1, 4, 3), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 6 * 6, 1))
     with torch.no_grad():
