@@ -49,6 +49,27 @@ def assert_norms(trace: ndb.Trace, expected: list[float]) -> None:
     np.testing.assert_allclose(trace.steps["grad_norm"], expected, rtol=1e-3)
 
 
+def train_plain(model: nn.Module, steps: int, *, every: int = 1,
+                probe: torch.Tensor | None = None) -> ndb.Trace:
+    """The plain loop on ``data()`` with SGD; ``probe``: a saliency probe before each step
+    (a forward and a backward on those inputs, then ``zero_grad``)."""
+    x, y = data()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    with ndb.NeuralDbg(model, optimizer=opt, every=every) as dbg:
+        for _ in range(steps):
+            if probe is not None:
+                xq = probe.clone().requires_grad_()
+                model(xq).sum().backward()
+                assert xq.grad is not None
+                opt.zero_grad()
+            opt.zero_grad()
+            loss = ((model(x) - y) ** 2).mean()
+            loss.backward()
+            opt.step()
+            dbg.step(loss)
+    return dbg.trace
+
+
 def test_validation_forward_between_steps_and_after_the_last():
     model, (x, y) = mlp(), data()
     xv, yv = data(1)
@@ -250,24 +271,8 @@ def test_a_probe_backward_whose_gradients_are_cleared_is_not_part_of_the_next_st
     plain_model = mlp()
     probed_model = mlp()
     probed_model.load_state_dict(plain_model.state_dict())
-    x, y = data()
     xp, _ = data(1)
-    traces = []
-    for model, probe in ((plain_model, False), (probed_model, True)):
-        opt = torch.optim.SGD(model.parameters(), lr=0.05)
-        with ndb.NeuralDbg(model, optimizer=opt) as dbg:
-            for _ in range(20):
-                if probe:
-                    xq = (xp * 3).requires_grad_()
-                    model(xq).sum().backward()
-                    assert xq.grad is not None
-                    opt.zero_grad()
-                opt.zero_grad()
-                loss = ((model(x) - y) ** 2).mean()
-                loss.backward()
-                opt.step()
-                dbg.step(loss)
-        traces.append(dbg.trace)
+    traces = [train_plain(plain_model, 20), train_plain(probed_model, 20, probe=xp * 3)]
     plain, probed = traces
     assert (probed.stats["calls"] == 1).all()
     for column in ("act_mean", "act_std", "act_max_abs", "out_grad_norm", "param_grad_norm"):
@@ -430,20 +435,10 @@ def test_a_compiled_model_runs_the_hooks_eagerly_and_records_what_eager_does():
     eager_model = mlp()
     compiled_source = mlp()
     compiled_source.load_state_dict(eager_model.state_dict())
-    x, y = data()
-    traces = []
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        for model in (eager_model, torch.compile(compiled_source, backend="aot_eager")):
-            opt = torch.optim.SGD(model.parameters(), lr=0.05)
-            with ndb.NeuralDbg(model, optimizer=opt, every=4) as dbg:
-                for _ in range(24):
-                    opt.zero_grad()
-                    loss = ((model(x) - y) ** 2).mean()
-                    loss.backward()
-                    opt.step()
-                    dbg.step(loss)
-            traces.append(dbg.trace)
+        traces = [train_plain(eager_model, 24, every=4),
+                  train_plain(torch.compile(compiled_source, backend="aot_eager"), 24, every=4)]
     dynamo = [str(w.message)[:120] for w in caught if "dynamo" in str(w.filename).lower()
               or "recompile" in str(w.message).lower()]
     assert not dynamo, dynamo
