@@ -157,8 +157,8 @@ def _cmd_show(trace: Trace, args: argparse.Namespace) -> None:
         f"run         {args.run}",
         f"status      {s.status}, {s.n_steps} steps ({s.n_recorded} with layer statistics"
         + (f", {s.n_skipped} skipped by the optimizer" if s.n_skipped else "") + ")",
-        f"loss        first {fmt_num(s.loss_first)}, last {fmt_num(s.loss_last)} (finite "
-        "values)",
+        f"loss        first {fmt_num(s.loss_first)}, last {fmt_num(s.loss_last)} (medians of "
+        "the first and last finite values)",
         ("peak loss   " + (f"{fmt_num(s.loss_peak)} at step {s.loss_peak_step}"
                         if s.loss_peak is not None else "-")),
         ("lowest loss " + (f"{fmt_num(s.loss_min)} at step {s.loss_min_step}"

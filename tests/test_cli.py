@@ -71,6 +71,27 @@ def test_show_says_peak_first_nonfinite_and_layer_types(runs, capsys):
     assert data["loss_peak_step"] == peak_step and data["first_nonfinite"]["step"] <= first_bad
 
 
+def test_show_reads_the_start_and_end_of_the_loss_over_several_steps(tmp_path, capsys):
+    """The last step trains on one odd batch (its loss 25x the run's): the final loss shown
+    is the run's, a median of its last losses, not that one minibatch's."""
+    model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    x = torch.randn(32, 4)
+    with ndb.NeuralDbg(model, optimizer=opt, out=tmp_path / "run") as dbg:
+        for step in range(200):
+            xb = x * 5 if step == 199 else x
+            opt.zero_grad()
+            loss = (model(xb) - xb[:, :1]).pow(2).mean()
+            loss.backward()
+            opt.step()
+            dbg.step(loss)
+    losses = dbg.trace.steps["loss"]
+    assert losses.iloc[-1] > 10 * losses.iloc[-11:-1].max()
+    assert main(["show", str(tmp_path / "run")]) == 0
+    shown = float(re.search(r"last ([0-9.e+-]+)", capsys.readouterr().out).group(1))
+    assert shown == pytest.approx(losses.iloc[-10:].median(), rel=0.01)
+
+
 def test_explain_gives_the_verdict_first_then_a_handful_of_hypotheses(runs, capsys):
     assert main(["explain", str(runs / "failing")]) == 0
     out = capsys.readouterr().out.splitlines()

@@ -217,7 +217,7 @@ def _summary_table(data: ReportData) -> str:
         ("status", s.status), ("steps", f"{s.n_steps} ({s.n_recorded} with layer statistics"
                                         + (f", {s.n_skipped} skipped by the optimizer"
                                            if s.n_skipped else "") + ")"),
-        ("loss first / last finite", f"{fmt_num(s.loss_first)} / {fmt_num(s.loss_last)}"),
+        ("loss first / last (medians)", f"{fmt_num(s.loss_first)} / {fmt_num(s.loss_last)}"),
         ("peak loss", f"{fmt_num(s.loss_peak)} at step {s.loss_peak_step}"
          if s.loss_peak is not None else "-"),
         ("lowest loss", f"{fmt_num(s.loss_min)} at step {s.loss_min_step}"
