@@ -57,6 +57,7 @@ from neuraldbg.sufficiency import (
     hedge,
     hedge_failure,
     improved_past_a_stall,
+    learned_the_training_data,
     plateau_unclaimable,
     thin_evidence,
     usable_trace,
@@ -432,7 +433,9 @@ def explain(trace: Trace | str | os.PathLike[str], method: str | DiagnosisMethod
         training plateau is kept below 0.5 (``metadata["thin_evidence"]`` says why) on a
         run too short to stall, a loss still falling, a GAN's players, and, when no cause
         explains it, a loss that fell by more than a stall allows and settled (its task's
-        floor, :func:`neuraldbg.sufficiency.improved_past_a_stall`).
+        floor, :func:`neuraldbg.sufficiency.improved_past_a_stall`). A run whose loss fell
+        three decades to under 0.01 learned its training data: no hypothesis at 0.5 or
+        above (:func:`neuraldbg.sufficiency.learned_the_training_data`).
 
     Raises
     ------
@@ -441,7 +444,7 @@ def explain(trace: Trace | str | os.PathLike[str], method: str | DiagnosisMethod
     """
     usable = usable_trace(_as_trace(trace))
     hypotheses = list(get_method(method).explain(usable))
-    reason = thin_evidence(usable)
+    reason = thin_evidence(usable) or learned_the_training_data(usable)
     if reason:
         return hedge(hypotheses, reason)
     frozen = frozen_weights(usable)
@@ -535,7 +538,7 @@ def what_if(trace: Trace | str | os.PathLike[str],
                          "(it has no what_if); use method='probabilistic'.")
     usable = usable_trace(_as_trace(trace))
     answer = engine.what_if(usable, **knobs)
-    said = {"thin_evidence": thin_evidence(usable),
+    said = {"thin_evidence": thin_evidence(usable) or learned_the_training_data(usable),
             "outside_vocabulary": frozen_weights(usable) or cause_outside_vocabulary(usable, []),
             "plateau_unclaimable": (plateau_unclaimable(usable)
                                     if _reads_a_plateau(answer) else None)}

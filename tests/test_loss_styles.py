@@ -2,14 +2,15 @@
 
 A heteroscedastic regression trained with ``nn.GaussianNLLLoss`` (the negative log-likelihood
 of a density, which goes below zero as the fit sharpens), and a binary task whose loss
-settles far above zero (a quarter of its labels flipped).
+settles far above zero (a quarter of its labels flipped), and an easy task trained until its
+loss is exactly zero.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import torch
-from sklearn.datasets import make_classification
+from sklearn.datasets import make_blobs, make_classification
 from torch import nn
 
 import neuraldbg as ndb
@@ -106,3 +107,32 @@ def test_a_loss_that_fell_and_settled_at_its_tasks_floor_is_no_plateau():
     for method in ("heuristic", "probabilistic"):
         hyps = ndb.explain(dbg.trace, method=method)
         assert all(h.confidence < 0.5 for h in hyps), (method, hyps[:2])
+
+
+def test_an_easy_task_trained_to_a_loss_of_zero_is_no_failure():
+    """Ten well-separated blobs, Adam at 0.1: the cross-entropy reaches exactly 0 within the
+    run (gradients ~1e-11, the softmax one-hot). The heuristic said training_plateau (0.58)
+    and the causal model saturated_activations (0.67), both of unknown cause, before the
+    fix."""
+    x, y = make_blobs(n_samples=2000, centers=10, n_features=16, cluster_std=0.3,
+                      random_state=0)
+    x = (x - x.mean(0)) / x.std(0)
+    xt, yt = torch.tensor(x, dtype=torch.float32), torch.tensor(y)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 10))
+    opt = torch.optim.Adam(model.parameters(), lr=0.1)
+    g = torch.Generator().manual_seed(2)
+    with ndb.NeuralDbg(model, optimizer=opt) as dbg:
+        for _ in range(600):
+            idx = torch.randint(0, 2000, (64,), generator=g)
+            opt.zero_grad()
+            loss = nn.functional.cross_entropy(model(xt[idx]), yt[idx])
+            loss.backward()
+            opt.step()
+            dbg.step(loss)
+    assert dbg.trace.steps["loss"].iloc[-20:].max() < 1e-6
+    for method in ("heuristic", "probabilistic"):
+        hyps = ndb.explain(dbg.trace, method=method)
+        assert all(h.confidence < 0.5 for h in hyps), (method, hyps[:2])
+        assert not hyps or "learned its training data" in hyps[0].metadata["thin_evidence"]
+    assert "learned" in ndb.what_if(dbg.trace, lr_scale=0.1).metadata["thin_evidence"]
