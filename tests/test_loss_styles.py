@@ -76,6 +76,21 @@ def test_a_negative_loss_that_does_not_move_is_still_a_stall():
         assert top.confidence >= 0.5, method
 
 
+def _train_minibatches(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor,
+                       y: torch.Tensor, loss_fn, *, steps: int, batch: int, n: int) -> ndb.Trace:
+    """Random minibatches of ``batch`` from the first ``n`` examples, one step each."""
+    g = torch.Generator().manual_seed(2)
+    with ndb.NeuralDbg(model, optimizer=opt) as dbg:
+        for _ in range(steps):
+            idx = torch.randint(0, n, (batch,), generator=g)
+            opt.zero_grad()
+            loss = loss_fn(model(x[idx]), y[idx])
+            loss.backward()
+            opt.step()
+            dbg.step(loss)
+    return dbg.trace
+
+
 def test_a_loss_that_fell_and_settled_at_its_tasks_floor_is_no_plateau():
     """Binary classification with 25% of the labels flipped and weakly separated classes:
     the binary cross-entropy falls from ln 2 = 0.69 to about 0.59 and settles, at the task's
@@ -90,22 +105,16 @@ def test_a_loss_that_fell_and_settled_at_its_tasks_floor_is_no_plateau():
     model = nn.Sequential(nn.Linear(10, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(),
                           nn.Linear(64, 1))
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-    g = torch.Generator().manual_seed(2)
-    with ndb.NeuralDbg(model, optimizer=opt) as dbg:
-        for _ in range(STEPS):
-            idx = torch.randint(0, 2250, (32,), generator=g)
-            opt.zero_grad()
-            loss = nn.functional.binary_cross_entropy_with_logits(model(xt[idx]), yt[idx])
-            loss.backward()
-            opt.step()
-            dbg.step(loss)
+    trace = _train_minibatches(model, opt, xt, yt,
+                               nn.functional.binary_cross_entropy_with_logits, steps=STEPS,
+                               batch=32, n=2250)
     with torch.no_grad():
         held_out = ((model(xt[2250:]) > 0).float() == yt[2250:]).float().mean().item()
     assert held_out > 0.6  # it learned what there is to learn (chance 0.5)
-    loss = dbg.trace.steps["loss"].to_numpy()
+    loss = trace.steps["loss"].to_numpy()
     assert np.median(loss[:30]) > 0.66 and np.median(loss[-30:]) < 0.62
     for method in ("heuristic", "probabilistic"):
-        hyps = ndb.explain(dbg.trace, method=method)
+        hyps = ndb.explain(trace, method=method)
         assert all(h.confidence < 0.5 for h in hyps), (method, hyps[:2])
 
 
@@ -121,18 +130,11 @@ def test_an_easy_task_trained_to_a_loss_of_zero_is_no_failure():
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 10))
     opt = torch.optim.Adam(model.parameters(), lr=0.1)
-    g = torch.Generator().manual_seed(2)
-    with ndb.NeuralDbg(model, optimizer=opt) as dbg:
-        for _ in range(600):
-            idx = torch.randint(0, 2000, (64,), generator=g)
-            opt.zero_grad()
-            loss = nn.functional.cross_entropy(model(xt[idx]), yt[idx])
-            loss.backward()
-            opt.step()
-            dbg.step(loss)
-    assert dbg.trace.steps["loss"].iloc[-20:].max() < 1e-6
+    trace = _train_minibatches(model, opt, xt, yt, nn.functional.cross_entropy, steps=600,
+                               batch=64, n=2000)
+    assert trace.steps["loss"].iloc[-20:].max() < 1e-6
     for method in ("heuristic", "probabilistic"):
-        hyps = ndb.explain(dbg.trace, method=method)
+        hyps = ndb.explain(trace, method=method)
         assert all(h.confidence < 0.5 for h in hyps), (method, hyps[:2])
         assert not hyps or "learned its training data" in hyps[0].metadata["thin_evidence"]
-    assert "learned" in ndb.what_if(dbg.trace, lr_scale=0.1).metadata["thin_evidence"]
+    assert "learned" in ndb.what_if(trace, lr_scale=0.1).metadata["thin_evidence"]
