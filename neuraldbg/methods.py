@@ -453,14 +453,25 @@ def explain(trace: Trace | str | os.PathLike[str], method: str | DiagnosisMethod
     hint = cause_outside_vocabulary(usable, hypotheses)
     if hint:
         hypotheses = name_cause_unknown(hypotheses, hint)
+    why = _unclaimable_plateau(hypotheses, usable)
+    if why:
+        return hedge_failure(hypotheses, "training_plateau", why)
+    return hypotheses
+
+
+def _unclaimable_plateau(hypotheses: list[Hypothesis], usable: Trace) -> str | None:
+    """Why the training plateau the hypotheses claim (at 0.5 or above) may not be claimed.
+
+    See :func:`neuraldbg.sufficiency.plateau_unclaimable`; a plateau of unknown cause also
+    not on a loss that fell further than a stall allows
+    (:func:`neuraldbg.sufficiency.improved_past_a_stall`).
+    """
     claim = next((h for h in hypotheses
                   if h.failure_type == "training_plateau" and h.confidence >= 0.5), None)
-    if claim is not None:
-        why = plateau_unclaimable(usable) or (improved_past_a_stall(usable)
-                                              if claim.root_cause == "unknown" else None)
-        if why:
-            return hedge_failure(hypotheses, "training_plateau", why)
-    return hypotheses
+    if claim is None:
+        return None
+    return plateau_unclaimable(usable) or (improved_past_a_stall(usable)
+                                           if claim.root_cause == "unknown" else None)
 
 
 def get_root_causes(trace: Trace | str | os.PathLike[str],
@@ -507,7 +518,8 @@ def what_if(trace: Trace | str | os.PathLike[str],
     that shows a bug no knob or cause of the model names (weights that never moved or
     collapsed, BatchNorm in ``eval()``) ``metadata["outside_vocabulary"]`` says which: the
     knobs' effects were estimated without it. When the model reads the run as a training
-    plateau that :func:`explain` may not claim (too short a run, a loss still falling),
+    plateau that :func:`explain` may not claim (too short a run, a loss still falling, a
+    loss of no known cause that fell further than a stall allows),
     ``metadata["plateau_unclaimable"]`` says why, so the two answers do not silently disagree.
 
     Parameters
@@ -538,10 +550,15 @@ def what_if(trace: Trace | str | os.PathLike[str],
                          "(it has no what_if); use method='probabilistic'.")
     usable = usable_trace(_as_trace(trace))
     answer = engine.what_if(usable, **knobs)
+    unclaimable = None
+    if _reads_a_plateau(answer):
+        # (the method's own hypotheses only where the plateau's cause decides)
+        unclaimable = plateau_unclaimable(usable) or (
+            _unclaimable_plateau(list(engine.explain(usable)), usable)
+            if improved_past_a_stall(usable) else None)
     said = {"thin_evidence": thin_evidence(usable) or learned_the_training_data(usable),
             "outside_vocabulary": frozen_weights(usable) or cause_outside_vocabulary(usable, []),
-            "plateau_unclaimable": (plateau_unclaimable(usable)
-                                    if _reads_a_plateau(answer) else None)}
+            "plateau_unclaimable": unclaimable}
     said = {k: v for k, v in said.items() if v}
     if said and dataclasses.is_dataclass(answer) and isinstance(
             getattr(answer, "metadata", None), dict):

@@ -116,6 +116,9 @@ def test_a_loss_that_fell_and_settled_at_its_tasks_floor_is_no_plateau():
     for method in ("heuristic", "probabilistic"):
         hyps = ndb.explain(trace, method=method)
         assert all(h.confidence < 0.5 for h in hyps), (method, hyps[:2])
+    # what_if's factual still reads the model's plateau, and says why explain does not claim it
+    cf = ndb.what_if(trace)
+    assert cf.p_failure_factual > 0.5 and "floor" in cf.metadata["plateau_unclaimable"]
 
 
 def test_an_easy_task_trained_to_a_loss_of_zero_is_no_failure():

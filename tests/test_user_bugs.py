@@ -350,6 +350,7 @@ def test_a_softmax_before_cross_entropy_whose_loss_settles_on_its_floor_is_named
     top = _top(trace)
     assert top is not None and top.failure_type == "training_plateau", top
     assert 0 < top.metadata["cause_evidence"]["loss_floor_gap"] < 0.05
+    assert "plateau_unclaimable" not in ndb.what_if(trace).metadata  # named: claimed by both
     model = _mlp()
     twin = _train(model, torch.optim.Adam(model.parameters(), lr=3e-3), F.cross_entropy, Y,
                   steps=300)
