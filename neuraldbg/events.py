@@ -67,14 +67,15 @@ class LossDynamics:
     improvement : float
         (first-window median - last-window median) / |first-window median|, over the finite
         part of the run; NaN when too short.
+    settled : float
+        The improvement the stall is measured from: ``improvement``, or, when the run starts
+        with a transient (its first window reaches :attr:`CurveWindows.transient_factor`
+        times the second window's median: weights far too large give a loss of hundreds
+        that collapses within a few steps), the same from the second window on: undoing an
+        absurd start is not learning.
     stall : float
-        In [0, 1]: 1 - improvement / 0.5 (:attr:`CurveWindows.stall_improvement`),
-        clipped. 0 for a loss that halved or better, 1 for one that did not move or rose.
-        When the run starts with a transient (its first window reaches
-        :attr:`CurveWindows.transient_factor` times the second window's median: weights far
-        too large give a loss of hundreds that collapses within a few steps), the
-        improvement it is taken from runs from the second window on: undoing an absurd
-        start is not learning.
+        In [0, 1]: 1 - settled / 0.5 (:attr:`CurveWindows.stall_improvement`), clipped. 0
+        for a loss that halved or better, 1 for one that did not move or rose.
     plateau_step : int or None
         Where the loss stopped improving, when the run stalled (improvement below
         ``plateau_improvement`` over at least ``plateau_min_steps`` steps).
@@ -116,6 +117,7 @@ class LossDynamics:
     n_steps: int
     baseline: float
     improvement: float
+    settled: float
     stall: float
     plateau_step: int | None
     nonfinite_step: int | None
@@ -239,6 +241,7 @@ class _GradSpikes(TypedDict):
 
 class _Improvement(TypedDict):
     improvement: float
+    settled: float
     stall: float
     plateau_step: int | None
 
@@ -369,7 +372,8 @@ def _improvement(c: _Columns, cfg: ThresholdConfig, win: CurveWindows, stop: int
     fin_prefix = fin_prefix[np.isfinite(fin_prefix)]
     m = len(fin_prefix)
     w = max(win.min_plateau_window, int(round(cfg.plateau_window * m)))
-    out: _Improvement = {"improvement": float("nan"), "stall": 0.0, "plateau_step": None}
+    out: _Improvement = {"improvement": float("nan"), "settled": float("nan"), "stall": 0.0,
+                         "plateau_step": None}
     if m < max(cfg.plateau_min_steps, 2 * w):
         return out
     first, last = np.median(fin_prefix[:w]), np.median(fin_prefix[-w:])
@@ -380,6 +384,7 @@ def _improvement(c: _Columns, cfg: ThresholdConfig, win: CurveWindows, stop: int
         second = float(np.median(fin_prefix[w:2 * w]))
         if second > 0 and np.max(fin_prefix[:w]) >= win.transient_factor * second:
             settled = float((second - last) / max(second, win.improvement_floor))
+    out["settled"] = settled
     out["stall"] = float(np.clip(1.0 - settled / win.stall_improvement, 0.0, 1.0))
     if improvement < cfg.plateau_improvement and not went_nonfinite:
         smooth = pd.Series(fin_prefix).rolling(w, min_periods=1, center=True).median()

@@ -453,25 +453,36 @@ def explain(trace: Trace | str | os.PathLike[str], method: str | DiagnosisMethod
     hint = cause_outside_vocabulary(usable, hypotheses)
     if hint:
         hypotheses = name_cause_unknown(hypotheses, hint)
-    why = _unclaimable_plateau(hypotheses, usable)
-    if why:
-        return hedge_failure(hypotheses, "training_plateau", why)
+    if _plateau_claim(hypotheses) is not None:
+        why = _unclaimable_plateau(usable, lambda: hypotheses)
+        if why:
+            return hedge_failure(hypotheses, "training_plateau", why)
     return hypotheses
 
 
-def _unclaimable_plateau(hypotheses: list[Hypothesis], usable: Trace) -> str | None:
-    """Why the training plateau the hypotheses claim (at 0.5 or above) may not be claimed.
+def _plateau_claim(hypotheses: list[Hypothesis]) -> Hypothesis | None:
+    """The first training plateau claimed at 0.5 or above, if any."""
+    return next((h for h in hypotheses
+                 if h.failure_type == "training_plateau" and h.confidence >= 0.5), None)
 
-    See :func:`neuraldbg.sufficiency.plateau_unclaimable`; a plateau of unknown cause also
-    not on a loss that fell further than a stall allows
-    (:func:`neuraldbg.sufficiency.improved_past_a_stall`).
+
+def _unclaimable_plateau(usable: Trace, hypotheses: Callable[[], list[Hypothesis]]
+                         ) -> str | None:
+    """Why a training plateau may not be claimed on this run, or ``None``.
+
+    :func:`neuraldbg.sufficiency.plateau_unclaimable`, and for a plateau of unknown cause a
+    loss that fell further than a stall allows
+    (:func:`neuraldbg.sufficiency.improved_past_a_stall`); ``hypotheses`` gives the method's
+    hypotheses, asked for only in that last case.
     """
-    claim = next((h for h in hypotheses
-                  if h.failure_type == "training_plateau" and h.confidence >= 0.5), None)
-    if claim is None:
+    why = plateau_unclaimable(usable)
+    if why:
+        return why
+    floor = improved_past_a_stall(usable)
+    if floor is None:
         return None
-    return plateau_unclaimable(usable) or (improved_past_a_stall(usable)
-                                           if claim.root_cause == "unknown" else None)
+    claim = _plateau_claim(hypotheses())
+    return floor if claim is not None and claim.root_cause == "unknown" else None
 
 
 def get_root_causes(trace: Trace | str | os.PathLike[str],
@@ -550,12 +561,8 @@ def what_if(trace: Trace | str | os.PathLike[str],
                          "(it has no what_if); use method='probabilistic'.")
     usable = usable_trace(_as_trace(trace))
     answer = engine.what_if(usable, **knobs)
-    unclaimable = None
-    if _reads_a_plateau(answer):
-        # (the method's own hypotheses only where the plateau's cause decides)
-        unclaimable = plateau_unclaimable(usable) or (
-            _unclaimable_plateau(list(engine.explain(usable)), usable)
-            if improved_past_a_stall(usable) else None)
+    unclaimable = (_unclaimable_plateau(usable, lambda: list(engine.explain(usable)))
+                   if _reads_a_plateau(answer) else None)
     said = {"thin_evidence": thin_evidence(usable) or learned_the_training_data(usable),
             "outside_vocabulary": frozen_weights(usable) or cause_outside_vocabulary(usable, []),
             "plateau_unclaimable": unclaimable}

@@ -32,14 +32,15 @@ import dataclasses
 import numpy as np
 from scipy import stats
 
-from neuraldbg.events import CurveWindows, loss_dynamics
+from neuraldbg.events import loss_dynamics
 from neuraldbg.records import Hypothesis
 from neuraldbg.thresholds import ThresholdConfig
 from neuraldbg.trace import Trace
 
 __all__ = ["MIN_STEPS", "HEDGED_CONFIDENCE", "TAIL_SHARE", "TREND_MIN_POINTS", "TREND_ALPHA",
            "usable_trace", "without_skipped_gradients", "loss_above_floor", "thin_evidence",
-           "learned_the_training_data", "LEARNED_DROP", "LEARNED_LOSS",
+           "learned_the_training_data", "LEARNED_DROP", "LEARNED_LOSS", "loss_ends",
+           "LOSS_WINDOW_MAX", "SIGNED_LOSS_MARGIN", "SKIPPED_GRADIENT_COLUMNS",
            "still_improving",
            "adversarial_loss", "too_short_to_stall", "improved_past_a_stall",
            "plateau_unclaimable", "hedge", "hedge_failure"]
@@ -170,21 +171,35 @@ LEARNED_DROP = 1e-3
 LEARNED_LOSS = 1e-2
 
 
+#: Most losses the run's starting and final loss are the median of (a twentieth of the run,
+#: at least 1): one minibatch's loss is noisy.
+LOSS_WINDOW_MAX = 20
+
+
+def loss_ends(loss: np.ndarray) -> tuple[float, float]:
+    """The run's starting and final loss: medians of its first and last losses.
+
+    Over a twentieth of ``loss`` (between 1 and :data:`LOSS_WINDOW_MAX` values), which must
+    be non-empty; pass the finite losses where some are not.
+    """
+    w = max(1, min(LOSS_WINDOW_MAX, len(loss) // 20))
+    return float(np.median(loss[:w])), float(np.median(loss[-w:]))
+
+
 def learned_the_training_data(trace: Trace) -> str | None:
     """Why the run's loss says it learned its training data, or ``None``.
 
-    Every loss finite, and the final one (the median of the last twentieth of the run, up to
-    20 losses) at most :data:`LEARNED_DROP` of the first and below :data:`LEARNED_LOSS`: the
-    contract's failures all stall or blow up the loss, and this one reached the bottom. An
-    easy task trained to a loss of exactly 0 (gradients of 1e-11, a softmax output one-hot)
-    was a training plateau at 0.58 for the heuristic and saturated activations at 0.67 for
-    the causal model; none of the zoo's 678 runs ends so low.
+    Every loss finite, and the final one (:func:`loss_ends`) at most :data:`LEARNED_DROP`
+    of the first and below :data:`LEARNED_LOSS`: the contract's failures all stall or blow
+    up the loss, and this one reached the bottom. An easy task trained to a loss of exactly
+    0 (gradients of 1e-11, a softmax output one-hot) was a training plateau at 0.58 for the
+    heuristic and saturated activations at 0.67 for the causal model; none of the zoo's 678
+    runs ends so low.
     """
     loss = trace.steps["loss"].to_numpy(dtype=float) if "loss" in trace.steps else None
     if loss is None or len(loss) < MIN_STEPS or not np.isfinite(loss).all():
         return None
-    w = max(1, min(20, len(loss) // 20))
-    first, last = float(np.median(loss[:w])), float(np.median(loss[-w:]))
+    first, last = loss_ends(loss)
     if not (first > 0 and last <= LEARNED_DROP * first and last < LEARNED_LOSS):
         return None
     return (f"the loss fell from {first:.3g} to {last:.3g} and stayed there: the run learned "
@@ -290,11 +305,10 @@ def improved_past_a_stall(trace: Trace, config: ThresholdConfig | None = None) -
     it to a plateau claimed with ``root_cause="unknown"``.
     """
     cfg = config or ThresholdConfig()
-    dyn = loss_dynamics(trace, cfg)
-    settled = (1.0 - dyn.stall) * CurveWindows().stall_improvement
-    if not np.isfinite(dyn.improvement) or settled < cfg.plateau_improvement:
+    settled = loss_dynamics(trace, cfg).settled
+    if not settled >= cfg.plateau_improvement:  # (NaN: too short to tell)
         return None
-    return (f"the loss fell by {min(settled, dyn.improvement):.0%} over the run, more than "
+    return (f"the loss fell by {settled:.0%} over the run, more than "
             f"the {cfg.plateau_improvement:.0%} a stall allows: it may have reached its "
             "task's floor")
 

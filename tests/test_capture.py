@@ -488,4 +488,5 @@ def test_modules_whose_output_is_not_measured_keep_their_place_in_the_forward_or
             opt.step()
             dbg.step(loss)
     assert dbg.trace.module_names == ["0", "1", "2", "3"]
-    assert dbg.trace.stats.query("module_name == '1'")["act_mean"].isna().all()
+    measured = set(dbg.trace.stats["module_name"])
+    assert "1" not in measured and {"0", "2", "3"} <= measured  # its complex output is not

@@ -13,14 +13,10 @@ from typing import Any
 import numpy as np
 
 from neuraldbg.stat_tables import wide_stats
-from neuraldbg.sufficiency import without_skipped_gradients
+from neuraldbg.sufficiency import loss_ends, without_skipped_gradients
 from neuraldbg.trace import Trace
 
-__all__ = ["NonFinite", "RunSummary", "summarize_run", "module_types", "layer_label",
-           "LOSS_WINDOW_MAX"]
-
-#: Most finite losses the run's starting and final loss are the median of.
-LOSS_WINDOW_MAX = 20
+__all__ = ["NonFinite", "RunSummary", "summarize_run", "module_types", "layer_label"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +54,7 @@ class RunSummary:
         ``complete``, ``failed``, ``running`` ... as the capture wrote it.
     loss_first, loss_last : float or None
         The run's starting and final loss: medians of its first and last finite losses
-        (a twentieth of them, between 1 and :data:`LOSS_WINDOW_MAX`).
+        (:func:`neuraldbg.sufficiency.loss_ends`).
     loss_peak, loss_peak_step : float or None, int or None
         Largest finite loss and its step.
     loss_min, loss_min_step : float or None, int or None
@@ -161,10 +157,8 @@ def summarize_run(trace: Trace) -> RunSummary:
     peak_step = low_step = None
     if finite.any():
         idx = np.flatnonzero(finite)
-        # one minibatch's loss is noisy (a mixup run's last batch read 0.021 where the run
-        # sat at 0.7): the run's start and end are medians over a twentieth of it, up to 20
-        w = max(1, min(LOSS_WINDOW_MAX, len(idx) // 20))
-        first, last = float(np.median(loss[idx[:w]])), float(np.median(loss[idx[-w:]]))
+        # (one minibatch's loss is noisy: a mixup run's last batch read 0.021, the run ~0.5)
+        first, last = loss_ends(loss[idx])
         i_peak = idx[int(np.argmax(loss[idx]))]
         i_low = idx[int(np.argmin(loss[idx]))]
         peak, peak_step = float(loss[i_peak]), int(step_ids[i_peak])
