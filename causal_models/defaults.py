@@ -173,7 +173,9 @@ def _unnormalized(input_level: str, normalization: str, activation: str,
 
 @register_root_cause("missing_normalization", parents=("normalization", "depth", "clipping"),
                      knob="normalization",
-                     failure_types={"vanishing_gradients": 1.0, "exploding_gradients": 0.5,
+                     # a stack that attenuates through depth decays, one that amplifies (a
+                     # residual stream) blows up: the heuristic names it for both alike
+                     failure_types={"vanishing_gradients": 1.0, "exploding_gradients": 1.0,
                                     "training_plateau": 0.4},
                      # a residual stream without normalization grows block by block
                      signs={"fwd_gain": {"growing": 1.0, "stable": 0.5}},
@@ -216,9 +218,11 @@ def _unknown() -> float:
 # gradients summed over steps grow like a running sum until the updates blow up
 register_code_bug("missing_zero_grad", failure_types={
     "exploding_gradients": 1.0, "loss_divergence": 0.5, "training_plateau": 0.3})
-# probabilities fed to a loss that expects logits: a flat, saturated loss surface
+# probabilities fed to a loss that expects logits: a flat, saturated loss surface; a loss
+# written on probabilities reaches log(0) once they round to 0 or 1 (NaN, outputs finite)
 register_code_bug("loss_output_mismatch", failure_types={
-    "training_plateau": 1.0, "saturated_activations": 0.3, "vanishing_gradients": 0.3})
+    "training_plateau": 1.0, "saturated_activations": 0.3, "vanishing_gradients": 0.3,
+    "loss_divergence": 0.3})
 # targets far off the output scale: the loss stalls high, or its huge gradients blow up
 register_code_bug("unscaled_targets", failure_types={
     "training_plateau": 1.0, "loss_divergence": 0.5, "exploding_gradients": 0.3})

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from causal_models.bins import NORMALIZATION_STATES, Bins
+from neuraldbg.cause_evidence import unsafe_loss_support
 from neuraldbg.trace import Trace
 
 __all__ = ["observe_knobs", "observe_stack", "observe_cause_signs", "sigmoid_decay",
@@ -278,6 +279,9 @@ def observe_cause_signs(trace: Trace, facts: Any, bins: Bins | None = None
     offset below zero (:func:`_dead_onset`), ``silent`` when it is dead there because its
     input is exactly zero, else ``other`` (units that die only later, or never, or a deep
     stack whose signal faded to its random biases).
+    ``nonfinite_loss``: ``from_floor`` when the loss turned non-finite with every module
+    output finite right after it reached the bottom
+    (:func:`neuraldbg.cause_evidence.unsafe_loss_support` at 0.5 or above), else ``other``.
 
     Parameters
     ----------
@@ -297,6 +301,8 @@ def observe_cause_signs(trace: Trace, facts: Any, bins: Bins | None = None
                              else "identical" if facts.symmetric_modules else "diverse")
     features["weight_rows"] = float(facts.row_diversity)
     states["dead_onset"] = _dead_onset(trace, b.dead_frac)
+    states["nonfinite_loss"] = "from_floor" if unsafe_loss_support(facts) >= 0.5 else "other"
+    features["nonfinite_loss"] = float(facts.nonfinite_from_floor)
     return states, features
 
 

@@ -91,6 +91,16 @@ CAUSE_EVIDENCE: dict[str, tuple[tuple[str, ...], dict[str, float],
                    {"other": 0.9, "start": 0.09, "silent": 0.01},
                    {"negative_bias_init": {"start": 0.8, "silent": 0.01, "other": 0.2},
                     "symmetric_init": {"other": 0.65, "start": 0.05, "silent": 0.3}}),
+    # the loss turned non-finite while every output was finite, right after it reached the
+    # bottom (:func:`neuraldbg.cause_evidence.unsafe_loss_support`): the loss computation
+    # failed (a hand-written loss on probabilities at log(0)). A cause that acts through the
+    # weights or the signals (a rate, an init, the inputs, depth) blows the outputs up first,
+    # so it all but never shows this; a non-finite target (a cause outside the vocabulary)
+    # can
+    "nonfinite_loss": (("other", "from_floor"),
+                       {"other": 0.999, "from_floor": 0.001},
+                       {"loss_output_mismatch": {"other": 0.7, "from_floor": 0.3},
+                        "unknown": {"other": 0.9, "from_floor": 0.1}}),
 }
 #: Knob evidence that reads a steady learning rate (uninformative about the level a schedule
 #: spike reaches: the node also hangs on ``lr_schedule``).

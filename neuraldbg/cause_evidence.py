@@ -15,11 +15,12 @@ import math
 from dataclasses import dataclass
 
 from neuraldbg.run_facts import RunFacts
+from neuraldbg.sufficiency import LEARNED_DROP
 from neuraldbg.thresholds import ThresholdConfig, require_positive_fields
 
 __all__ = ["CauseWeights", "DEFAULT_WEIGHTS", "ScriptBugs", "logistic_support",
            "running_sum_support", "accumulation_support", "symmetric_support",
-           "batchnorm_off_support", "init_support"]
+           "batchnorm_off_support", "init_support", "unsafe_loss_support"]
 
 
 def logistic_support(value: float, threshold: float, above: bool = True,
@@ -84,6 +85,14 @@ class CauseWeights:
     gradient_blocked : float, default=0.9
         Support of ``gradient_blocked`` when a trainable module never received a gradient:
         it may also be frozen on purpose in a way the trace does not record.
+    unsafe_loss : float, default=0.85
+        ``loss_output_mismatch`` = this x the unsafe-loss support
+        (:func:`unsafe_loss_support`): a loss on probabilities that reaches ``log(0)`` is
+        the usual way a learned run's loss turns NaN while its outputs stay finite, but a
+        non-finite target arriving just then looks the same.
+    unsafe_loss_decades : float, default=0.5
+        Log-scale width of that support around the learned-data line: a loss a decade
+        under it (1e-4 of its start) gives 0.9.
     lr_confound_share : float, default=0.5
         Unnormalised inputs or a too-large init inflate every gradient and so the update
         ratio: they take up to this share of a high ratio's support for the learning rate
@@ -194,6 +203,8 @@ class CauseWeights:
     unscaled_targets: float = 0.9
     symmetric_init: float = 0.95
     gradient_blocked: float = 0.9
+    unsafe_loss: float = 0.85
+    unsafe_loss_decades: float = 0.5
     lr_confound_share: float = 0.5
     lr_from_start: float = 0.1
     lr_jump: float = 0.95
@@ -321,6 +332,27 @@ def batchnorm_off_support(facts: RunFacts, cfg: ThresholdConfig,
                             decades=weights.batchnorm_decades)
 
 
+def unsafe_loss_support(facts: RunFacts, weights: CauseWeights = DEFAULT_WEIGHTS) -> float:
+    """Support for "the loss computation failed, not the training".
+
+    The loss turned non-finite while every module output was finite, right after it had
+    fallen to :data:`~neuraldbg.sufficiency.LEARNED_DROP` of its start or below
+    (:attr:`~neuraldbg.run_facts.RunFacts.nonfinite_from_floor`): the model had learned
+    its task, and a hand-written loss on its near-certain probabilities hit ``log(0)``. A
+    smaller learning rate only delays it (measured: NaN at step 27 at Adam's 1e-2, at step
+    1,126 at 1e-3; never with ``BCEWithLogitsLoss``).
+    """
+    share = facts.nonfinite_from_floor
+    if not math.isfinite(share):
+        return 0.0
+    return logistic_support(max(share, _TINY_SHARE), LEARNED_DROP, above=False,
+                            decades=weights.unsafe_loss_decades)
+
+
+#: A loss of exactly 0 before the NaN is as far below the line as it gets (log scale).
+_TINY_SHARE = 1e-12
+
+
 @dataclass(frozen=True, slots=True)
 class ScriptBugs:
     """Support for each bug in the training script, whatever symptom it produced.
@@ -340,6 +372,9 @@ class ScriptBugs:
     floor : float
         A loss that sits on the floor a softmax output fed to a logits loss cannot go
         below (:func:`output_floor_support`).
+    unsafe_loss : float
+        A loss that turned non-finite out of a learned state with finite outputs
+        (:func:`unsafe_loss_support`).
     """
 
     piled: float
@@ -348,6 +383,7 @@ class ScriptBugs:
     blocked: float
     bn_off: float
     floor: float = 0.0
+    unsafe_loss: float = 0.0
 
     @classmethod
     def measure(cls, facts: RunFacts, cfg: ThresholdConfig, w: CauseWeights) -> ScriptBugs:
@@ -358,10 +394,11 @@ class ScriptBugs:
                    symmetric=symmetric_support(facts, cfg, w),
                    blocked=1.0 if facts.blocked_modules else 0.0,
                    bn_off=batchnorm_off_support(facts, cfg, w),
-                   floor=output_floor_support(facts, cfg))
+                   floor=output_floor_support(facts, cfg),
+                   unsafe_loss=unsafe_loss_support(facts, w))
 
     @property
     def strongest(self) -> float:
         """The best-supported bug: the share the generic causes lose."""
         return max(self.piled, self.targets, self.symmetric, self.blocked, self.bn_off,
-                   self.floor)
+                   self.floor, self.unsafe_loss)

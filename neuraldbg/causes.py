@@ -27,7 +27,8 @@ from the generic causes above, which the bug itself inflates):
   gradient holds the steps before; Adam still lowers the loss a little);
 - ``loss_output_mismatch``: a softmax (or sigmoid) module ends the network on a stall, or
   the loss settles on the floor ``log(1 + (K - 1) / e)`` that ``CrossEntropyLoss`` fed K
-  probabilities cannot go below;
+  probabilities cannot go below, or the loss turns non-finite out of a learned state while
+  every module output is finite (a hand-written loss on probabilities at ``log(0)``);
 - ``unscaled_targets``: the first loss is orders of magnitude above the output scale;
 - ``symmetric_init``: weight rows identical at enter and still at the latest flush
   (``trace.meta["weight_diversity"]``, :mod:`neuraldbg.weight_diversity`);
@@ -63,6 +64,7 @@ from neuraldbg.cause_evidence import (
 )
 from neuraldbg.outside_vocabulary import batchnorm_hint
 from neuraldbg.run_facts import RunFacts
+from neuraldbg.sufficiency import LEARNED_DROP
 from neuraldbg.thresholds import ThresholdConfig
 
 __all__ = ["CauseSupport", "score_causes"]
@@ -249,6 +251,13 @@ def _put_script_bugs(cands: _Candidates, s: _Shared, bugs: ScriptBugs) -> None:
                "symmetric_modules": list(facts.symmetric_modules)})
     cands.put("gradient_blocked", w.gradient_blocked * bugs.blocked,
               {"modules_without_gradient": list(facts.blocked_modules)})
+    cands.put("loss_output_mismatch", w.unsafe_loss * bugs.unsafe_loss, {
+        "loss_before_nonfinite_over_start": facts.nonfinite_from_floor,
+        "threshold": LEARNED_DROP,
+        "reading": "the loss turned non-finite while every module output was finite, after "
+                   "it had fallen to the bottom: the loss computation hit log(0) or 0 * inf "
+                   "(a hand-written loss on probabilities); compute it from logits "
+                   "(BCEWithLogitsLoss, CrossEntropyLoss)"})
     if bugs.bn_off >= w.min_support:  # a cause outside the vocabulary: support for "unknown"
         cands.out["unknown"] = (bugs.bn_off, {
             "batchnorm_off_factor": facts.batchnorm_off_factor,

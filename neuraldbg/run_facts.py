@@ -21,7 +21,9 @@ fact with a threshold of :class:`~neuraldbg.thresholds.ThresholdConfig`:
 - the marks of script bugs: the growth of the global gradient norm and of the parameter- over
   output-gradient ratio (gradients never reset), the first loss against the output scale
   (unscaled targets), weight-row diversity (symmetric init), modules that never received a
-  gradient (a ``.detach()``), the BatchNorm output scale (a model left in ``eval()``).
+  gradient (a ``.detach()``), the BatchNorm output scale (a model left in ``eval()``), a
+  loss that turned non-finite out of a learned state while the model's outputs stayed finite
+  (a hand-written loss at ``log(0)``).
 
 The step counts these facts are measured over are in :class:`FactWindows`.
 """
@@ -38,6 +40,7 @@ import numpy as np
 from neuraldbg.events import LossDynamics
 from neuraldbg.outside_vocabulary import batchnorm_off_factor, frozen_weights
 from neuraldbg.states import StateTable
+from neuraldbg.sufficiency import LEARNED_LOSS
 from neuraldbg.thresholds import require_positive_fields
 from neuraldbg.trace import Trace
 
@@ -154,7 +157,9 @@ class RunFacts:
     blocked_modules : tuple of str
         Trainable modules the forward pass called that never received a gradient (no
         output gradient at any recorded step, parameter gradients exactly zero or absent)
-        while other trainable modules did.
+        while other trainable modules did; every one of them when no module's output
+        received a gradient (the loss computed on ``outputs.detach()``: an L2 term on the
+        weights then still gives them parameter gradients, toward zero).
     grad_accumulation : float
         Growth over the run of parameter-gradient norm / output-gradient norm of the
         weight layers (median over layers, late steps over the first ones): ~1 when each
@@ -172,6 +177,15 @@ class RunFacts:
     output_floor_step : int or None
         First step whose loss came within ``output_floor_gap`` (the threshold) of that
         floor.
+    nonfinite_from_floor : float
+        When the loss turned non-finite at a step whose module outputs were all recorded
+        finite and below ``act_overflow``, right after it had fallen below
+        :data:`~neuraldbg.sufficiency.LEARNED_LOSS`: the loss just before (the median of its
+        last ``edge_min_steps`` finite values) over its start. NaN otherwise. A model that
+        learned its task outputs near-certain probabilities; a hand-written
+        ``-(y log p + (1 - y) log(1 - p))`` on ``p = sigmoid(z)`` (or a ``log`` of a
+        softmax) then reaches ``log(0)`` once ``p`` rounds to 1, and the loss is NaN while
+        every output is finite.
     batchnorm_off_factor : float
         How far the BatchNorm outputs' std is from 1 at the first recorded step, as a factor
         (>= 1): ``exp(median over BatchNorm layers of |ln std|)``. ~1 when they normalise
@@ -210,6 +224,7 @@ class RunFacts:
     output_floor_gap: float = math.nan
     output_floor_step: int | None = None
     weights_unmoved: str | None = None
+    nonfinite_from_floor: float = math.nan
 
 
 
@@ -281,12 +296,38 @@ def gather_facts(trace: Trace, states: StateTable, dyn: LossDynamics,
         config=cfg_run, grad_growth=_grad_growth(trace, states.config.grad_sum_steps, win),
         loss_improved=_loss_improved(trace, win), output_type=types[-1] if types else "",
         **_symmetry(trace, states.config.row_diversity_low),
-        blocked_modules=_blocked(trace, states),
+        blocked_modules=_blocked(trace, states, win.edge_min_steps),
         grad_accumulation=_grad_accumulation(states, weight, win),
         batchnorm_off_factor=batchnorm_off_factor(trace),
         **_output_floor(trace, states, win),
         weights_unmoved=frozen_weights(trace, win.edge_min_steps),
+        nonfinite_from_floor=_nonfinite_from_floor(trace, states, dyn, win),
         **scales._asdict())
+
+
+def _nonfinite_from_floor(trace: Trace, states: StateTable, dyn: LossDynamics,
+                          win: FactWindows) -> float:
+    """:attr:`RunFacts.nonfinite_from_floor` (see there)."""
+    step = dyn.nonfinite_step
+    rows = np.flatnonzero(states.steps == step) if step is not None else np.zeros(0, int)
+    if step is None or not len(rows):
+        return math.nan  # no loss went non-finite, or its step has no module statistics
+    m = states.measures
+    row = int(rows[0])
+    seen = m["observed"][row]
+    with np.errstate(invalid="ignore"):
+        outputs_finite = seen.any() and not (m["act_nonfinite"][row] | (
+            seen & ~(m["act_max_abs"][row] <= states.config.act_overflow))).any()
+    loss = trace.steps["loss"].to_numpy(dtype=float)
+    steps = trace.steps["step"].to_numpy()
+    before = loss[(steps < step) & np.isfinite(loss)]
+    k = win.edge_min_steps
+    if not outputs_finite or len(before) < 2 * k:
+        return math.nan
+    start, last = float(np.mean(before[:k])), float(np.median(before[-k:]))
+    if not (start > 0 and 0 <= last < LEARNED_LOSS):
+        return math.nan
+    return last / start
 
 
 #: The loss floor of ``CrossEntropyLoss`` fed probabilities: every logit in [0, 1], the
@@ -428,8 +469,12 @@ def _symmetry(trace: Trace, row_diversity_low: float) -> _Symmetry:
                                        if d < row_diversity_low)}
 
 
-def _blocked(trace: Trace, states: StateTable) -> tuple[str, ...]:
-    """Trainable, called modules that never got a gradient while others did."""
+def _blocked(trace: Trace, states: StateTable, min_steps: int) -> tuple[str, ...]:
+    """Trainable, called modules that never got a gradient while others did.
+
+    All of them when no module's output got a gradient in ``min_steps`` or more recorded
+    steps.
+    """
     m = states.measures
     n_train = _n_trainable(trace, states)
     called = np.nan_to_num(m["calls"], nan=0.0).sum(axis=0) > 0
@@ -438,6 +483,11 @@ def _blocked(trace: Trace, states: StateTable) -> tuple[str, ...]:
     no_out = ~np.isfinite(out_g).any(axis=0)
     no_par = (par_g == 0).all(axis=0)
     trainable = called & (n_train > 0)
+    if trainable.any() and no_out.all() and len(states.steps) >= min_steps:
+        # no module's output ever received a gradient: the loss does not reach the network
+        # (computed on ``outputs.detach()``); parameter gradients, if any, come from a term
+        # on the weights themselves (an L2 penalty), which trains nothing
+        return tuple(n for n, b in zip(states.module_names, trainable, strict=True) if b)
     blocked = trainable & no_out & no_par
     learning = trainable & ~blocked & (par_g > 0).any(axis=0)
     if not learning.any() or len(states.steps) == 0:

@@ -141,3 +141,44 @@ def test_an_easy_task_trained_to_a_loss_of_zero_is_no_failure():
         assert all(h.confidence < 0.5 for h in hyps), (method, hyps[:2])
         assert not hyps or "learned its training data" in hyps[0].metadata["thin_evidence"]
     assert "learned" in ndb.what_if(trace, lr_scale=0.1).metadata["thin_evidence"]
+
+
+def _hand_written_bce(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Binary cross-entropy written out on probabilities, as in many tutorials."""
+    p = torch.sigmoid(logits)
+    return -(target * torch.log(p) + (1 - target) * torch.log(1 - p)).mean()
+
+
+def _separable_blobs_run(loss_fn) -> ndb.Trace:
+    """Two blobs six standard deviations apart, a ReLU MLP under Adam at 1e-2."""
+    x, y = make_blobs(n_samples=1000, centers=[[-3, -3], [3, 3]], cluster_std=1.0,
+                      random_state=0)
+    xt, yt = torch.tensor(x, dtype=torch.float32), torch.tensor(y, dtype=torch.float32)[:, None]
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(2, 32), nn.ReLU(), nn.Linear(32, 32), nn.ReLU(),
+                          nn.Linear(32, 1))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    return _train_minibatches(model, opt, xt, yt, loss_fn, steps=150, batch=32, n=1000)
+
+
+def test_a_hand_written_loss_at_log_zero_is_no_learning_rate_problem():
+    """The hand-written BCE learns the blobs to a loss of ~1e-4, then a sigmoid rounds to 1
+    and ``0 * log(0)`` is NaN, while every module output is finite. Both methods said
+    loss_divergence / learning_rate_too_high (1.0 and 0.91) before the fix: a smaller rate
+    only delays the NaN; the loss on logits never has it."""
+    trace = _separable_blobs_run(_hand_written_bce)
+    loss = trace.steps["loss"].to_numpy()
+    first_nan = int(np.flatnonzero(~np.isfinite(loss))[0])
+    assert np.median(loss[first_nan - 3:first_nan]) < 1e-3 * loss[0]
+    top = ndb.explain(trace)[0]
+    assert (top.failure_type, top.root_cause) == ("loss_divergence", "loss_output_mismatch")
+    assert top.origin_step == first_nan
+    for method in ("heuristic", "probabilistic"):
+        claimed = [h for h in ndb.explain(trace, method=method) if h.confidence >= 0.5]
+        assert claimed and all(h.root_cause in ("loss_output_mismatch", "unknown")
+                               for h in claimed), (method, claimed[:2])
+    # the same run with the loss computed from the logits trains and stays finite
+    fixed = _separable_blobs_run(nn.functional.binary_cross_entropy_with_logits)
+    assert np.isfinite(fixed.steps["loss"]).all()
+    for method in ("heuristic", "probabilistic"):
+        assert all(h.confidence < 0.5 for h in ndb.explain(fixed, method=method)), method

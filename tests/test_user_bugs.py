@@ -186,6 +186,34 @@ def test_a_detached_tensor_that_starves_the_encoder_is_named() -> None:
         "encoder.0"]
 
 
+def _l2_on_detached_outputs(model: nn.Module):
+    """A loss computed on ``outputs.detach()`` (copied from a metrics helper) plus an L2
+    penalty, which keeps ``loss.backward()`` from raising."""
+    def loss_fn(outputs: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        l2 = sum((p ** 2).sum() for p in model.parameters())
+        return F.cross_entropy(outputs.detach(), target) + 1e-4 * l2
+    return loss_fn
+
+
+def test_a_loss_on_detached_outputs_is_a_blocked_gradient_not_a_low_rate() -> None:
+    """Only the penalty's gradient reaches the weights (no module's output ever gets one):
+    the update ratio is tiny and both methods said learning_rate_too_low (0.99 and 0.90)
+    before the fix, and what_if promised that a rate 10x or 100x higher would train it (it
+    does not)."""
+    model = _mlp()
+    trace = _train(model, torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9),
+                   _l2_on_detached_outputs(model), Y)
+    assert trace.stats["out_grad_norm"].isna().all()
+    assert (trace.stats["param_grad_norm"].dropna() > 0).any()
+    for method in ("heuristic", "probabilistic"):
+        claimed = [h for h in ndb.explain(trace, method=method) if h.confidence >= 0.5]
+        assert claimed and claimed[0].root_cause == "gradient_blocked", (method, claimed[:2])
+        assert all(h.root_cause in ("gradient_blocked", "unknown") for h in claimed), method
+    model = _mlp()  # the loss on the outputs themselves trains
+    _assert_healthy(_train(model, torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9),
+                           F.cross_entropy, Y))
+
+
 def test_a_high_but_fine_adam_rate_and_a_standardised_large_target_are_healthy() -> None:
     model = _mlp()
     _assert_healthy(_train(model, torch.optim.Adam(model.parameters(), lr=1e-2),
