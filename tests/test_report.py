@@ -14,7 +14,8 @@ from torch import nn
 from zoo_runs import zoo_trace
 
 import neuraldbg as ndb
-from neuraldbg.reporting import collect, report_html, verdict
+from neuraldbg.reporting import collect, report_html, summarize_run, verdict
+from neuraldbg.reporting.words import TraceEvidence, evidence_sentence
 from neuraldbg.reporting.summary import module_types
 
 needs_chromium = pytest.mark.skipif(find_chromium() is None, reason=(
@@ -140,3 +141,32 @@ def test_methods_side_by_side_say_why_they_disagree():
     assert bool(why) != same
     if why:
         assert prob.origin_layer in why[0] or prob.failure_type.split("_")[0] in why[0]
+
+
+
+def test_a_loss_that_peaks_at_its_first_step_is_not_said_to_start_lower():
+    """A regression whose first prediction is far off (output bias 8): the loss is ~60 at
+    step 0 and small from a few steps on. The evidence sentence said the loss 'started at'
+    the median of its first steps, far below the peak it named at step 0."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 32), nn.Tanh(), nn.Linear(32, 1))
+    with torch.no_grad():
+        model[2].bias.fill_(8.0)
+    opt = torch.optim.SGD(model.parameters(), lr=0.2)
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(512, 8, generator=g)
+    with ndb.NeuralDbg(model, optimizer=opt) as dbg:
+        for _ in range(400):
+            idx = torch.randint(0, 512, (32,), generator=g)
+            opt.zero_grad()
+            loss = nn.functional.mse_loss(model(x[idx]), x[idx, :1])
+            loss.backward()
+            opt.step()
+            dbg.step(loss)
+    trace = dbg.trace
+    summary = summarize_run(trace)
+    assert summary.loss_peak_step == 0 and summary.loss_peak > 10 * summary.loss_first
+    h = ndb.Hypothesis("exploding_gradients", "unknown", "0", 0, 0.2)
+    text = evidence_sentence(TraceEvidence(trace, summary), h)
+    assert "peaked at" in text and "started at" not in text, text
+    assert "median of its first steps" in text, text

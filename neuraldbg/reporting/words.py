@@ -197,8 +197,11 @@ def _loss_context(s: RunSummary) -> str:
     if s.loss_first is None or s.loss_last is None:
         return "no finite loss was recorded"
     if s.loss_peak is not None and s.loss_peak > 10 * max(abs(s.loss_first), 1e-12):
+        # loss_first is the median of the first steps (one minibatch is noisy), which a
+        # peak at the very start sits far above: say what it is
         return (f"the loss peaked at {fmt_num(s.loss_peak)} at step {s.loss_peak_step} "
-                f"(it started at {fmt_num(s.loss_first)})")
+                f"(median of its first steps {fmt_num(s.loss_first)}, of its last "
+                f"{fmt_num(s.loss_last)})")
     change = (s.loss_last - s.loss_first) / max(abs(s.loss_first), 1e-12)
     if change > -0.05:
         return (f"the loss went from {fmt_num(s.loss_first)} to {fmt_num(s.loss_last)} "
