@@ -37,7 +37,7 @@ import numpy as np
 
 from neuraldbg.cause_evidence import output_floor_support
 from neuraldbg.compressor import NONFINITE, Compression, Propagation
-from neuraldbg.events import LossDynamics
+from neuraldbg.events import CurveWindows, LossDynamics
 from neuraldbg.run_facts import RunFacts
 from neuraldbg.states import SATURATING_FAMILIES, StateTable
 from neuraldbg.thresholds import require_positive_fields
@@ -236,6 +236,10 @@ class SymptomWeights:
         require_positive_fields(self)
 
 
+#: The loss improvement below which a run counts as stalled (the loss curve's own rule).
+_STALL_IMPROVEMENT = CurveWindows().stall_improvement
+
+
 @dataclass(frozen=True, slots=True)
 class _Run:
     """The stage outputs every symptom rule reads."""
@@ -264,6 +268,28 @@ class _Run:
     def stall_impact(self) -> float:
         """``impact_floor + impact_stall x stall``."""
         return self.w.impact_floor + self.w.impact_stall * self.dyn.stall
+
+    def stall_impact_since(self, onset: int) -> float:
+        """:meth:`stall_impact`, the stall also measured from the loss before ``onset``.
+
+        The run's stall is measured from the median of its first losses; a failure that
+        began among them (a blow-up at step 1) lifts that median, and a loss that fell back
+        from its peak reads as learning even when it ends above where the run stood before
+        the failure (a GRU at Adam 1.0: 0.78 at step 0, 221 at step 2, 1.67 at the end: a
+        stall of 0, impact 0.4). Measured from the first loss as well (taken on the initial
+        weights, before any update could blow up), the larger stall counts.
+        """
+        loss = self.trace.steps["loss"].to_numpy(dtype=float, na_value=np.nan)
+        steps = self.trace.steps["step"].to_numpy()
+        fin = np.isfinite(loss)
+        finite, window = loss[fin], self.states.config.loss_window
+        if len(finite) < 2 * window or not steps[fin][0] < onset <= steps[fin][window - 1]:
+            return self.stall_impact()  # no loss before it, or it began after the first ones
+        pre = float(finite[0])
+        final = float(np.median(finite[-window:]))
+        settled = (pre - final) / max(abs(pre), self.w.level_floor)
+        stall = float(np.clip(1.0 - settled / _STALL_IMPROVEMENT, 0.0, 1.0))
+        return self.w.impact_floor + self.w.impact_stall * max(self.dyn.stall, stall)
 
 
 def _activation_symptom(run: _Run, kind: str, failure: str, share_col: str, thr: float,
@@ -454,7 +480,7 @@ def _exploding(run: _Run) -> Symptom | None:
                                       mod.first_row, mod.col))
     lead_onsets = [t for t in (mod.onset, dyn.grad_explode_step) if t is not None]
     return Symptom("exploding_gradients", layer, onset, strength, run.consistency(pers),
-                   1.0 if run.loss_bad else run.stall_impact(),
+                   1.0 if run.loss_bad else run.stall_impact_since(onset),
                    {"grad_growth_max": growth, "threshold": cfg.explode_growth,
                     "grad_spikiness": dyn.grad_spikiness,
                     "global_onset": dyn.grad_explode_step,
