@@ -225,14 +225,14 @@ def test_a_high_but_fine_adam_rate_and_a_standardised_large_target_are_healthy()
                            (price - price.mean()) / price.std()))
 
 
-class _SeqClassifier(nn.Module):
-    """A GRU over a 4-class sequence task, as a user writes one."""
+class _SeqNet(nn.Module):
+    """A GRU read at its last step, as a user writes one (a 4-class task by default)."""
 
-    def __init__(self) -> None:
+    def __init__(self, n_in: int = 8, n_out: int = 4) -> None:
         super().__init__()
         torch.manual_seed(0)
-        self.gru = nn.GRU(8, 32, batch_first=True)
-        self.head = nn.Linear(32, 4)
+        self.gru = nn.GRU(n_in, 32, batch_first=True)
+        self.head = nn.Linear(32, n_out)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out, _ = self.gru(x)
@@ -244,7 +244,7 @@ def _train_gru(lr: float, clip: float | None) -> ndb.Trace:
     g = torch.Generator().manual_seed(0)
     x = torch.randn(512, 20, 8, generator=g)
     y = (x[:, :, 0].sum(1) > 0).long() * 2 + (x[:, -1, 1] > 0).long()
-    model = _SeqClassifier()
+    model = _SeqNet()
     opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
     with ndb.NeuralDbg(model, optimizer=opt, config={"lr": lr}) as dbg:
         for _ in range(6):
@@ -263,30 +263,18 @@ def _train_gru(lr: float, clip: float | None) -> ndb.Trace:
     return dbg.trace
 
 
-class _SeqRegressor(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        torch.manual_seed(0)
-        self.gru = nn.GRU(1, 32, batch_first=True)
-        self.head = nn.Linear(32, 1)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out, _ = self.gru(x)
-        return self.head(out[:, -1]).squeeze(1)
-
-
 def _train_gru_adam(lr: float) -> ndb.Trace:
     """Three times the mean of the last 10 of 100 noisy values, Adam, no clipping."""
     g = torch.Generator().manual_seed(0)
     x = torch.randn(800, 100, 1, generator=g)
     y = x[:, -10:, 0].mean(1) * 3
-    model = _SeqRegressor()
+    model = _SeqNet(n_in=1, n_out=1)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     with ndb.NeuralDbg(model, optimizer=opt) as dbg:
         for _ in range(150):
             idx = torch.randint(0, 800, (32,), generator=g)
             opt.zero_grad()
-            loss = F.mse_loss(model(x[idx]), y[idx])
+            loss = F.mse_loss(model(x[idx]).squeeze(1), y[idx])
             loss.backward()
             opt.step()
             dbg.step(loss)
