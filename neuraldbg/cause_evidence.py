@@ -339,8 +339,8 @@ def unsafe_loss_support(facts: RunFacts, weights: CauseWeights = DEFAULT_WEIGHTS
     fallen to :data:`~neuraldbg.sufficiency.LEARNED_DROP` of its start or below
     (:attr:`~neuraldbg.run_facts.RunFacts.nonfinite_from_floor`): the model had learned
     its task, and a hand-written loss on its near-certain probabilities hit ``log(0)``. A
-    smaller learning rate only delays it (measured: NaN at step 27 at Adam's 1e-2, at step
-    1,126 at 1e-3; never with ``BCEWithLogitsLoss``).
+    smaller learning rate only delays it; the loss on logits (``BCEWithLogitsLoss``) never
+    has it (``tests/test_loss_styles.py``).
     """
     share = facts.nonfinite_from_floor
     if not math.isfinite(share):

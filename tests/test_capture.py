@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 import torch
 from torch import nn
-from training import train
+from training import fit_full_batch, train
 
 import neuraldbg as ndb
 from neuraldbg.syncs import HostSyncCounter
@@ -415,14 +415,7 @@ def test_attention_parameters_all_belong_to_a_row_and_self_attn_is_observed():
     model = Encoder()
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     x, y = torch.randn(32, 6, 16), torch.randn(32, 1)
-    with ndb.NeuralDbg(model, optimizer=opt) as dbg:
-        for _ in range(5):
-            opt.zero_grad()
-            loss = ((model(x) - y) ** 2).mean()
-            loss.backward()
-            opt.step()
-            dbg.step(loss)
-    trace = dbg.trace
+    trace = fit_full_batch(model, opt, x, y, steps=5)
     mods = trace.modules.set_index("module_name")
     named = [n for n, p in model.named_parameters()]
     listed = [q for cell in mods["parameters"] if cell for q in cell.split(",")]
@@ -480,13 +473,7 @@ def test_modules_whose_output_is_not_measured_keep_their_place_in_the_forward_or
     model = nn.Sequential(nn.Linear(16, 32), _Spectrum(), _Magnitude(), nn.Linear(17, 1))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     x, y = torch.randn(64, 16), torch.randn(64, 1)
-    with ndb.NeuralDbg(model, optimizer=opt) as dbg:
-        for _ in range(3):
-            opt.zero_grad()
-            loss = ((model(x) - y) ** 2).mean()
-            loss.backward()
-            opt.step()
-            dbg.step(loss)
-    assert dbg.trace.module_names == ["0", "1", "2", "3"]
-    measured = set(dbg.trace.stats["module_name"])
+    trace = fit_full_batch(model, opt, x, y, steps=3)
+    assert trace.module_names == ["0", "1", "2", "3"]
+    measured = set(trace.stats["module_name"])
     assert "1" not in measured and {"0", "2", "3"} <= measured  # its complex output is not

@@ -56,3 +56,16 @@ def train_mlp(*, act: type[nn.Module], depth: int, lr: float, dead_bias: bool = 
             opt.step()
             dbg.step(loss)
     return dbg.trace
+
+
+def fit_full_batch(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor,
+                   y: torch.Tensor, steps: int) -> Trace:
+    """``steps`` full-batch steps of mean squared error under NeuralDbg; the trace."""
+    with ndb.NeuralDbg(model, optimizer=opt) as dbg:
+        for _ in range(steps):
+            opt.zero_grad()
+            loss = ((model(x) - y) ** 2).mean()
+            loss.backward()
+            opt.step()
+            dbg.step(loss)
+    return dbg.trace
