@@ -229,8 +229,10 @@ register_code_bug("unscaled_targets", failure_types={
 # identical units receive identical updates: the gradient signal collapses and learning stalls
 register_code_bug("symmetric_init", failure_types={
     "vanishing_gradients": 1.0, "training_plateau": 0.8})
-# labels unrelated to inputs: a stall with healthy gradients
-register_code_bug("data_problem", failure_types={"training_plateau": 1.0})
+# labels unrelated to inputs: a stall with healthy gradients; a batch that carries NaN or
+# Inf: the loss turns non-finite at once
+register_code_bug("data_problem", failure_types={"training_plateau": 1.0,
+                                                 "loss_divergence": 0.3})
 # layers cut off from the gradient do not learn: a stall, gradients vanishing before the cut
 register_code_bug("gradient_blocked", failure_types={
     "training_plateau": 1.0, "vanishing_gradients": 0.5})

@@ -282,6 +282,8 @@ def observe_cause_signs(trace: Trace, facts: Any, bins: Bins | None = None
     ``nonfinite_loss``: ``from_floor`` when the loss turned non-finite with every module
     output finite right after it reached the bottom
     (:func:`neuraldbg.cause_evidence.unsafe_loss_support` at 0.5 or above), else ``other``.
+    ``nonfinite_input``: ``from_input`` when an input batch carried non-finite values
+    (:attr:`neuraldbg.run_facts.RunFacts.nonfinite_input_step`), else ``other``.
 
     Parameters
     ----------
@@ -303,6 +305,9 @@ def observe_cause_signs(trace: Trace, facts: Any, bins: Bins | None = None
     states["dead_onset"] = _dead_onset(trace, b.dead_frac)
     states["nonfinite_loss"] = "from_floor" if unsafe_loss_support(facts) >= 0.5 else "other"
     features["nonfinite_loss"] = float(facts.nonfinite_from_floor)
+    step = facts.nonfinite_input_step
+    states["nonfinite_input"] = "other" if step is None else "from_input"
+    features["nonfinite_input"] = float("nan") if step is None else float(step)
     return states, features
 
 

@@ -101,6 +101,14 @@ CAUSE_EVIDENCE: dict[str, tuple[tuple[str, ...], dict[str, float],
                        {"other": 0.999, "from_floor": 0.001},
                        {"loss_output_mismatch": {"other": 0.7, "from_floor": 0.3},
                         "unknown": {"other": 0.9, "from_floor": 0.1}}),
+    # the first module's output turned non-finite from sound weights and sound earlier
+    # outputs (:attr:`neuraldbg.run_facts.RunFacts.nonfinite_input_step`): the input batch
+    # carried NaN or Inf. A cause that acts through the weights or the signals grows them
+    # first, so it all but never shows this
+    "nonfinite_input": (("other", "from_input"),
+                        {"other": 0.999, "from_input": 0.001},
+                        {"data_problem": {"other": 0.8, "from_input": 0.2},
+                         "unknown": {"other": 0.95, "from_input": 0.05}}),
 }
 #: Knob evidence that reads a steady learning rate (uninformative about the level a schedule
 #: spike reaches: the node also hangs on ``lr_schedule``).

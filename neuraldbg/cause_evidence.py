@@ -93,6 +93,11 @@ class CauseWeights:
     unsafe_loss_decades : float, default=0.5
         Log-scale width of that support around the learned-data line: a loss a decade
         under it (1e-4 of its start) gives 0.9.
+    nonfinite_input : float, default=0.9
+        Support of ``data_problem`` when an input batch carried non-finite values
+        (:attr:`~neuraldbg.run_facts.RunFacts.nonfinite_input_step`): the first module put
+        out NaN or Inf from sound weights; a preprocessing step inside ``forward`` (a log
+        of a negative value) looks the same.
     lr_confound_share : float, default=0.5
         Unnormalised inputs or a too-large init inflate every gradient and so the update
         ratio: they take up to this share of a high ratio's support for the learning rate
@@ -205,6 +210,7 @@ class CauseWeights:
     gradient_blocked: float = 0.9
     unsafe_loss: float = 0.85
     unsafe_loss_decades: float = 0.5
+    nonfinite_input: float = 0.9
     lr_confound_share: float = 0.5
     lr_from_start: float = 0.1
     lr_jump: float = 0.95
@@ -375,6 +381,9 @@ class ScriptBugs:
     unsafe_loss : float
         A loss that turned non-finite out of a learned state with finite outputs
         (:func:`unsafe_loss_support`).
+    bad_input : float
+        1 when an input batch carried non-finite values
+        (:attr:`~neuraldbg.run_facts.RunFacts.nonfinite_input_step`), else 0.
     """
 
     piled: float
@@ -384,6 +393,7 @@ class ScriptBugs:
     bn_off: float
     floor: float = 0.0
     unsafe_loss: float = 0.0
+    bad_input: float = 0.0
 
     @classmethod
     def measure(cls, facts: RunFacts, cfg: ThresholdConfig, w: CauseWeights) -> ScriptBugs:
@@ -395,10 +405,11 @@ class ScriptBugs:
                    blocked=1.0 if facts.blocked_modules else 0.0,
                    bn_off=batchnorm_off_support(facts, cfg, w),
                    floor=output_floor_support(facts, cfg),
-                   unsafe_loss=unsafe_loss_support(facts, w))
+                   unsafe_loss=unsafe_loss_support(facts, w),
+                   bad_input=0.0 if facts.nonfinite_input_step is None else 1.0)
 
     @property
     def strongest(self) -> float:
         """The best-supported bug: the share the generic causes lose."""
         return max(self.piled, self.targets, self.symmetric, self.blocked, self.bn_off,
-                   self.floor, self.unsafe_loss)
+                   self.floor, self.unsafe_loss, self.bad_input)

@@ -35,7 +35,8 @@ from the generic causes above, which the bug itself inflates):
 - ``gradient_blocked``: a trainable module the forward called never received a gradient
   while others did (a ``.detach()``, ``no_grad`` in the forward);
 - ``data_problem``: a stall whose weights move as much as in healthy training, with no
-  other cause supported (labels unrelated to the inputs);
+  other cause supported (labels unrelated to the inputs); or an input batch that carried
+  NaN or Inf (the first module's output turned non-finite from sound weights);
 - BatchNorm layers whose outputs are not normalised at the first step (a model left in
   ``eval()``): a cause outside the vocabulary, so its support goes to ``unknown``;
 - weights that never moved while gradients flowed (the optimizer holds other parameters):
@@ -143,8 +144,14 @@ class _Candidates:
         self.out: CauseSupport = {}
 
     def put(self, cause: str, support: float, evidence: dict[str, Any]) -> None:
-        """Record ``cause`` when its support reaches ``min_support`` (capped at 1)."""
-        if support >= self.min_support:
+        """Record ``cause`` when its support reaches ``min_support`` (capped at 1).
+
+        A cause already put keeps its support and evidence unless this support is higher:
+        the strongest of several readings stands (a symptom's rule does not undo a script
+        bug's).
+        """
+        held = self.out.get(cause)
+        if support >= self.min_support and (held is None or support > held[0]):
             self.out[cause] = (float(min(1.0, support)), evidence)
 
 
@@ -258,6 +265,12 @@ def _put_script_bugs(cands: _Candidates, s: _Shared, bugs: ScriptBugs) -> None:
                    "it had fallen to the bottom: the loss computation hit log(0) or 0 * inf "
                    "(a hand-written loss on probabilities); compute it from logits "
                    "(BCEWithLogitsLoss, CrossEntropyLoss)"})
+    cands.put("data_problem", w.nonfinite_input * bugs.bad_input, {
+        "nonfinite_input_step": facts.nonfinite_input_step,
+        "reading": "the first module's output turned non-finite while its weights and its "
+                   "earlier outputs were sound: the input batch carried NaN or Inf (a corrupted "
+                   "record, a missing value, a division by zero in preprocessing); check the "
+                   "batches, e.g. assert torch.isfinite(x).all()"})
     if bugs.bn_off >= w.min_support:  # a cause outside the vocabulary: support for "unknown"
         cands.out["unknown"] = (bugs.bn_off, {
             "batchnorm_off_factor": facts.batchnorm_off_factor,

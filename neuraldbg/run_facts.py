@@ -23,7 +23,8 @@ fact with a threshold of :class:`~neuraldbg.thresholds.ThresholdConfig`:
   (unscaled targets), weight-row diversity (symmetric init), modules that never received a
   gradient (a ``.detach()``), the BatchNorm output scale (a model left in ``eval()``), a
   loss that turned non-finite out of a learned state while the model's outputs stayed finite
-  (a hand-written loss at ``log(0)``).
+  (a hand-written loss at ``log(0)``), a first module whose output turned non-finite while
+  its weights and its earlier outputs were sound (a non-finite input batch).
 
 The step counts these facts are measured over are in :class:`FactWindows`.
 """
@@ -186,6 +187,15 @@ class RunFacts:
         ``-(y log p + (1 - y) log(1 - p))`` on ``p = sigmoid(z)`` (or a ``log`` of a
         softmax) then reaches ``log(0)`` once ``p`` rounds to 1, and the loss is NaN while
         every output is finite.
+    nonfinite_input_step : int or None
+        The step whose input batch carried non-finite values: at the step the loss first
+        turned non-finite, the first module the forward called put out NaN or Inf while its
+        parameters were finite and within 10x (``_WEIGHT_GROWTH_HIGH``) of their first recorded
+        norm, and its outputs at every earlier recorded step were finite and below
+        ``act_overflow`` (so nothing blew up on its way there). Weights like these fed
+        finite, moderate values do not output NaN; a corrupted record, a missing value or a
+        division by zero in the data pipeline does. None otherwise (also when that step has
+        no module statistics: ``every > 1`` between recorded steps).
     batchnorm_off_factor : float
         How far the BatchNorm outputs' std is from 1 at the first recorded step, as a factor
         (>= 1): ``exp(median over BatchNorm layers of |ln std|)``. ~1 when they normalise
@@ -225,6 +235,7 @@ class RunFacts:
     output_floor_step: int | None = None
     weights_unmoved: str | None = None
     nonfinite_from_floor: float = math.nan
+    nonfinite_input_step: int | None = None
 
 
 
@@ -302,6 +313,7 @@ def gather_facts(trace: Trace, states: StateTable, dyn: LossDynamics,
         **_output_floor(trace, states, win),
         weights_unmoved=frozen_weights(trace, win.edge_min_steps),
         nonfinite_from_floor=_nonfinite_from_floor(trace, states, dyn, win),
+        nonfinite_input_step=_nonfinite_input(trace, states, dyn),
         **scales._asdict())
 
 
@@ -328,6 +340,40 @@ def _nonfinite_from_floor(trace: Trace, states: StateTable, dyn: LossDynamics,
     if not (start > 0 and 0 <= last < LEARNED_LOSS):
         return math.nan
     return last / start
+
+
+#: Largest growth of the first module's parameter norm (over its first recorded one) under
+#: which a non-finite output of that module is read as a non-finite input: weights that grew
+#: more than this may have blown the output up themselves.
+_WEIGHT_GROWTH_HIGH = 10.0
+
+
+def _nonfinite_input(trace: Trace, states: StateTable, dyn: LossDynamics) -> int | None:
+    """:attr:`RunFacts.nonfinite_input_step` (see there)."""
+    step = dyn.nonfinite_step
+    rows = np.flatnonzero(states.steps == step) if step is not None else np.zeros(0, int)
+    if step is None or not len(rows):
+        return None
+    row = int(rows[0])
+    m = states.measures
+    called = np.flatnonzero(m["observed"][row])
+    if not len(called):
+        return None
+    first = int(called[0])  # modules are in forward order: the one the input reaches first
+    if not m["act_nonfinite"][row, first]:
+        return None
+    before = m["observed"][:row, first]
+    with np.errstate(invalid="ignore"):
+        earlier_sound = not (m["act_nonfinite"][:row, first][before]
+                             | ~(m["act_max_abs"][:row, first][before]
+                                 <= states.config.act_overflow)).any()
+    if _n_trainable(trace, states)[first] > 0:
+        norms = m["param_norm"][:row + 1, first]
+        seen = norms[np.isfinite(norms)]
+        if not (np.isfinite(norms[-1]) and len(seen)
+                and norms[-1] <= _WEIGHT_GROWTH_HIGH * seen[0]):
+            return None  # weights non-finite or grown: they may have made the output
+    return int(step) if earlier_sound else None
 
 
 #: The loss floor of ``CrossEntropyLoss`` fed probabilities: every logit in [0, 1], the

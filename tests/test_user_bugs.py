@@ -215,6 +215,48 @@ def test_a_loss_on_detached_outputs_is_a_blocked_gradient_not_a_low_rate() -> No
                            F.cross_entropy, Y))
 
 
+def _batches_with_record(record: int, at: int, n: int, steps: int = 150
+                         ) -> Iterator[torch.Tensor]:
+    """Minibatches of 64 drawn from the first ``n - 1`` records; record ``record`` (the
+    last, a corrupted one) joins the batch of step ``at`` only."""
+    g = torch.Generator().manual_seed(0)
+    for step in range(steps):
+        idx = torch.randint(0, n - 1, (64,), generator=g)
+        if step == at:
+            idx[5] = record
+        yield idx
+
+
+@pytest.mark.parametrize("optimizer, whole", [("adam", True), ("sgd", False)])
+def test_a_batch_with_a_nan_record_is_a_data_problem(optimizer: str, whole: bool) -> None:
+    """One corrupted record (a NaN image, or one missing pixel) reaches the model at step
+    60 and the loss is NaN from there on. Both methods said "unknown" before: the first
+    module's output turned non-finite while its weights and its earlier outputs were
+    sound, which only the input does."""
+    inputs = torch.cat([X, X[:1]])
+    if whole:
+        inputs[-1] = float("nan")
+    else:
+        inputs[-1, 20] = float("nan")
+    record = len(inputs) - 1
+    for corrupted in (True, False):
+        model = _mlp()
+        opt = (torch.optim.Adam(model.parameters(), lr=1e-3) if optimizer == "adam"
+               else torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9))
+        trace = _train(model, opt, F.cross_entropy, torch.cat([Y, Y[:1]]), inputs=inputs,
+                       batches=_batches_with_record(record, 60 if corrupted else -1,
+                                                    len(inputs)))
+        if not corrupted:
+            _assert_healthy(trace)
+            continue
+        for method in ("heuristic", "probabilistic"):
+            top = ndb.explain(trace, method=method)[0]
+            assert (top.root_cause, top.failure_type) == ("data_problem", "loss_divergence"), \
+                (method, top)
+            assert top.confidence >= 0.5 and top.origin_step == 60, (method, top)
+            assert top.origin_layer == "0", (method, top)
+
+
 def test_a_high_but_fine_adam_rate_and_a_standardised_large_target_are_healthy() -> None:
     model = _mlp()
     _assert_healthy(_train(model, torch.optim.Adam(model.parameters(), lr=1e-2),
