@@ -283,7 +283,9 @@ def observe_cause_signs(trace: Trace, facts: Any, bins: Bins | None = None
     output finite right after it reached the bottom
     (:func:`neuraldbg.cause_evidence.unsafe_loss_support` at 0.5 or above), else ``other``.
     ``nonfinite_input``: ``from_input`` when an input batch carried non-finite values
-    (:attr:`neuraldbg.run_facts.RunFacts.nonfinite_input_step`), else ``other``.
+    (:attr:`neuraldbg.run_facts.RunFacts.nonfinite_input_step`), ``from_calm`` when the loss
+    turned non-finite out of a calm run at an unrecorded step (``calm_nonfinite_step``),
+    else ``other``.
 
     Parameters
     ----------
@@ -306,7 +308,9 @@ def observe_cause_signs(trace: Trace, facts: Any, bins: Bins | None = None
     states["nonfinite_loss"] = "from_floor" if unsafe_loss_support(facts) >= 0.5 else "other"
     features["nonfinite_loss"] = float(facts.nonfinite_from_floor)
     step = facts.nonfinite_input_step
-    states["nonfinite_input"] = "other" if step is None else "from_input"
+    calm = facts.calm_nonfinite_step
+    states["nonfinite_input"] = ("from_input" if step is not None
+                                 else "from_calm" if calm is not None else "other")
     features["nonfinite_input"] = float("nan") if step is None else float(step)
     return states, features
 

@@ -104,11 +104,13 @@ CAUSE_EVIDENCE: dict[str, tuple[tuple[str, ...], dict[str, float],
     # the first module's output turned non-finite from sound weights and sound earlier
     # outputs (:attr:`neuraldbg.run_facts.RunFacts.nonfinite_input_step`): the input batch
     # carried NaN or Inf. A cause that acts through the weights or the signals grows them
-    # first, so it all but never shows this
-    "nonfinite_input": (("other", "from_input"),
-                        {"other": 0.999, "from_input": 0.001},
-                        {"data_problem": {"other": 0.8, "from_input": 0.2},
-                         "unknown": {"other": 0.95, "from_input": 0.05}}),
+    # first, so it all but never shows this. ``from_calm``: the loss turned non-finite out
+    # of a calm run at a step without module statistics (``calm_nonfinite_step``): the
+    # same, or a numerical bug outside the vocabulary, and rarely a rate or an init
+    "nonfinite_input": (("other", "from_input", "from_calm"),
+                        {"other": 0.995, "from_input": 0.001, "from_calm": 0.004},
+                        {"data_problem": {"other": 0.7, "from_input": 0.2, "from_calm": 0.1},
+                         "unknown": {"other": 0.85, "from_input": 0.05, "from_calm": 0.1}}),
 }
 #: Knob evidence that reads a steady learning rate (uninformative about the level a schedule
 #: spike reaches: the node also hangs on ``lr_schedule``).

@@ -98,6 +98,12 @@ class CauseWeights:
         (:attr:`~neuraldbg.run_facts.RunFacts.nonfinite_input_step`): the first module put
         out NaN or Inf from sound weights; a preprocessing step inside ``forward`` (a log
         of a negative value) looks the same.
+    calm_nonfinite : float, default=0.9
+        Support of ``unknown`` when the loss turned non-finite out of a calm run at a step
+        without module statistics (:attr:`~neuraldbg.run_facts.RunFacts.calm_nonfinite_step`):
+        a non-finite batch or a numerical bug, which that step's statistics would tell apart;
+        the generic causes (a rate, an init), which grow the loss or the gradients first,
+        lose this share.
     lr_confound_share : float, default=0.5
         Unnormalised inputs or a too-large init inflate every gradient and so the update
         ratio: they take up to this share of a high ratio's support for the learning rate
@@ -211,6 +217,7 @@ class CauseWeights:
     unsafe_loss: float = 0.85
     unsafe_loss_decades: float = 0.5
     nonfinite_input: float = 0.9
+    calm_nonfinite: float = 0.9
     lr_confound_share: float = 0.5
     lr_from_start: float = 0.1
     lr_jump: float = 0.95
@@ -384,6 +391,9 @@ class ScriptBugs:
     bad_input : float
         1 when an input batch carried non-finite values
         (:attr:`~neuraldbg.run_facts.RunFacts.nonfinite_input_step`), else 0.
+    calm_nonfinite : float
+        1 when the loss turned non-finite out of a calm run at an unrecorded step
+        (:attr:`~neuraldbg.run_facts.RunFacts.calm_nonfinite_step`), else 0.
     """
 
     piled: float
@@ -394,6 +404,7 @@ class ScriptBugs:
     floor: float = 0.0
     unsafe_loss: float = 0.0
     bad_input: float = 0.0
+    calm_nonfinite: float = 0.0
 
     @classmethod
     def measure(cls, facts: RunFacts, cfg: ThresholdConfig, w: CauseWeights) -> ScriptBugs:
@@ -406,10 +417,11 @@ class ScriptBugs:
                    bn_off=batchnorm_off_support(facts, cfg, w),
                    floor=output_floor_support(facts, cfg),
                    unsafe_loss=unsafe_loss_support(facts, w),
-                   bad_input=0.0 if facts.nonfinite_input_step is None else 1.0)
+                   bad_input=0.0 if facts.nonfinite_input_step is None else 1.0,
+                   calm_nonfinite=0.0 if facts.calm_nonfinite_step is None else 1.0)
 
     @property
     def strongest(self) -> float:
         """The best-supported bug: the share the generic causes lose."""
         return max(self.piled, self.targets, self.symmetric, self.blocked, self.bn_off,
-                   self.floor, self.unsafe_loss, self.bad_input)
+                   self.floor, self.unsafe_loss, self.bad_input, self.calm_nonfinite)

@@ -271,6 +271,13 @@ def _put_script_bugs(cands: _Candidates, s: _Shared, bugs: ScriptBugs) -> None:
                    "earlier outputs were sound: the input batch carried NaN or Inf (a corrupted "
                    "record, a missing value, a division by zero in preprocessing); check the "
                    "batches, e.g. assert torch.isfinite(x).all()"})
+    cands.put("unknown", w.calm_nonfinite * bugs.calm_nonfinite, {
+        "calm_nonfinite_step": facts.calm_nonfinite_step,
+        "reading": "the loss turned non-finite out of a calm run (no blow-up, spike or "
+                   "gradient growth before it) at a step without module statistics",
+        "hint": "a batch carrying NaN or Inf, or a numerical bug, rather than the learning "
+                "rate; record every step (every=1) or check the batches "
+                "(assert torch.isfinite(x).all())"})
     if bugs.bn_off >= w.min_support:  # a cause outside the vocabulary: support for "unknown"
         cands.out["unknown"] = (bugs.bn_off, {
             "batchnorm_off_factor": facts.batchnorm_off_factor,

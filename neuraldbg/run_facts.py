@@ -196,6 +196,14 @@ class RunFacts:
         finite, moderate values do not output NaN; a corrupted record, a missing value or a
         division by zero in the data pipeline does. None otherwise (also when that step has
         no module statistics: ``every > 1`` between recorded steps).
+    calm_nonfinite_step : int or None
+        The step the loss first turned non-finite, when that step has no module statistics
+        (``every > 1``, between recorded steps) and the run was calm up to it: at least
+        ``edge_min_steps`` finite losses before it, no loss blow-up, no loss spike in the
+        ``loss_window`` steps before it, no gradient-norm explosion and no learning-rate
+        jump before it. A rate, an init or unscaled inputs grow the loss or the gradients
+        first; a non-finite batch, or a numerical bug, does not, and the trace cannot tell
+        which without that step's module statistics. None otherwise.
     batchnorm_off_factor : float
         How far the BatchNorm outputs' std is from 1 at the first recorded step, as a factor
         (>= 1): ``exp(median over BatchNorm layers of |ln std|)``. ~1 when they normalise
@@ -236,6 +244,7 @@ class RunFacts:
     weights_unmoved: str | None = None
     nonfinite_from_floor: float = math.nan
     nonfinite_input_step: int | None = None
+    calm_nonfinite_step: int | None = None
 
 
 
@@ -314,6 +323,7 @@ def gather_facts(trace: Trace, states: StateTable, dyn: LossDynamics,
         weights_unmoved=frozen_weights(trace, win.edge_min_steps),
         nonfinite_from_floor=_nonfinite_from_floor(trace, states, dyn, win),
         nonfinite_input_step=_nonfinite_input(trace, states, dyn),
+        calm_nonfinite_step=_calm_nonfinite(trace, states, dyn, win),
         **scales._asdict())
 
 
@@ -374,6 +384,24 @@ def _nonfinite_input(trace: Trace, states: StateTable, dyn: LossDynamics) -> int
                 and norms[-1] <= _WEIGHT_GROWTH_HIGH * seen[0]):
             return None  # weights non-finite or grown: they may have made the output
     return int(step) if earlier_sound else None
+
+
+def _calm_nonfinite(trace: Trace, states: StateTable, dyn: LossDynamics,
+                    win: FactWindows) -> int | None:
+    """:attr:`RunFacts.calm_nonfinite_step` (see there)."""
+    step = dyn.nonfinite_step
+    if step is None or (states.steps == step).any():
+        return None  # no non-finite loss, or its step was recorded (nonfinite_input reads it)
+    loss = trace.steps["loss"].to_numpy(dtype=float)
+    steps = trace.steps["step"].to_numpy()
+    if np.isfinite(loss[steps < step]).sum() < win.edge_min_steps:
+        return None
+    window = states.config.loss_window
+    stormy = ((dyn.blowup_step is not None and dyn.blowup_step < step)
+              or (dyn.grad_explode_step is not None and dyn.grad_explode_step < step)
+              or any(step - window <= s < step for s in dyn.spike_steps)
+              or any(s <= step for s in dyn.lr_jump_steps))
+    return None if stormy else int(step)
 
 
 #: The loss floor of ``CrossEntropyLoss`` fed probabilities: every logit in [0, 1], the

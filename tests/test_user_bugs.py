@@ -257,6 +257,36 @@ def test_a_batch_with_a_nan_record_is_a_data_problem(optimizer: str, whole: bool
             assert top.origin_layer == "0", (method, top)
 
 
+def test_a_nan_batch_between_recorded_steps_is_not_blamed_on_the_rate() -> None:
+    """The same corrupted record at step 60 of a run recorded every 16 steps: that step
+    has no module statistics, so the input cannot be seen. Both methods said
+    learning_rate_too_high (1.00 and 0.91) before; a loss that turns NaN out of a calm run
+    (no blow-up, spike or gradient growth before it) leaves the rate without support, and
+    the cause is unknown, with a hint to check the batches."""
+    inputs = torch.cat([X, X[:1]])
+    inputs[-1] = float("nan")
+    targets = torch.cat([Y, Y[:1]])
+    model = _mlp()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    with ndb.NeuralDbg(model, optimizer=opt, every=16) as dbg:
+        for idx in _batches_with_record(len(inputs) - 1, 60, len(inputs)):
+            opt.zero_grad()
+            loss = F.cross_entropy(model(inputs[idx]), targets[idx])
+            loss.backward()
+            opt.step()
+            dbg.step(loss)
+    trace = dbg.trace
+    assert 60 not in set(trace.stats["step"])
+    for method in ("heuristic", "probabilistic"):
+        claimed = [h for h in ndb.explain(trace, method=method) if h.confidence >= 0.5]
+        assert claimed and claimed[0].failure_type == "loss_divergence", (method, claimed)
+        assert claimed[0].origin_step == 60, (method, claimed[0])
+        assert all(h.root_cause in ("unknown", "data_problem") for h in claimed), \
+            (method, claimed)
+    hint = ndb.explain(trace)[0].metadata["hint"]
+    assert "every=1" in hint and "NaN" in hint, hint
+
+
 def test_a_high_but_fine_adam_rate_and_a_standardised_large_target_are_healthy() -> None:
     model = _mlp()
     _assert_healthy(_train(model, torch.optim.Adam(model.parameters(), lr=1e-2),
