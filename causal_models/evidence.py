@@ -282,10 +282,10 @@ def observe_cause_signs(trace: Trace, facts: Any, bins: Bins | None = None
     ``nonfinite_loss``: ``from_floor`` when the loss turned non-finite with every module
     output finite right after it reached the bottom
     (:func:`neuraldbg.cause_evidence.unsafe_loss_support` at 0.5 or above), else ``other``.
-    ``nonfinite_input``: ``from_input`` when an input batch carried non-finite values
-    (:attr:`neuraldbg.run_facts.RunFacts.nonfinite_input_step`), ``from_calm`` when the loss
-    turned non-finite out of a calm run at an unrecorded step (``calm_nonfinite_step``),
-    else ``other``.
+    ``nonfinite_source``: where a non-finite loss that came out of a calm run came from:
+    ``input`` (:attr:`neuraldbg.run_facts.RunFacts.nonfinite_input_step`), ``target``
+    (``nonfinite_target_step``, not right after the loss reached the bottom), ``unrecorded``
+    (``calm_nonfinite_step``), else ``other``.
 
     Parameters
     ----------
@@ -307,11 +307,14 @@ def observe_cause_signs(trace: Trace, facts: Any, bins: Bins | None = None
     states["dead_onset"] = _dead_onset(trace, b.dead_frac)
     states["nonfinite_loss"] = "from_floor" if unsafe_loss_support(facts) >= 0.5 else "other"
     features["nonfinite_loss"] = float(facts.nonfinite_from_floor)
-    step = facts.nonfinite_input_step
-    calm = facts.calm_nonfinite_step
-    states["nonfinite_input"] = ("from_input" if step is not None
-                                 else "from_calm" if calm is not None else "other")
-    features["nonfinite_input"] = float("nan") if step is None else float(step)
+    states["nonfinite_source"] = (
+        "input" if facts.nonfinite_input_step is not None
+        else "target" if (facts.nonfinite_target_step is not None
+                          and states["nonfinite_loss"] != "from_floor")
+        else "unrecorded" if facts.calm_nonfinite_step is not None else "other")
+    step = next((s for s in (facts.nonfinite_input_step, facts.nonfinite_target_step,
+                             facts.calm_nonfinite_step) if s is not None), None)
+    features["nonfinite_source"] = float("nan") if step is None else float(step)
     return states, features
 
 

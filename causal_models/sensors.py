@@ -101,16 +101,23 @@ CAUSE_EVIDENCE: dict[str, tuple[tuple[str, ...], dict[str, float],
                        {"other": 0.999, "from_floor": 0.001},
                        {"loss_output_mismatch": {"other": 0.7, "from_floor": 0.3},
                         "unknown": {"other": 0.9, "from_floor": 0.1}}),
-    # the first module's output turned non-finite from sound weights and sound earlier
-    # outputs (:attr:`neuraldbg.run_facts.RunFacts.nonfinite_input_step`): the input batch
-    # carried NaN or Inf. A cause that acts through the weights or the signals grows them
-    # first, so it all but never shows this. ``from_calm``: the loss turned non-finite out
-    # of a calm run at a step without module statistics (``calm_nonfinite_step``): the
-    # same, or a numerical bug outside the vocabulary, and rarely a rate or an init
-    "nonfinite_input": (("other", "from_input", "from_calm"),
-                        {"other": 0.995, "from_input": 0.001, "from_calm": 0.004},
-                        {"data_problem": {"other": 0.7, "from_input": 0.2, "from_calm": 0.1},
-                         "unknown": {"other": 0.85, "from_input": 0.05, "from_calm": 0.1}}),
+    # where a non-finite loss came from, when it came out of a calm run (a cause that acts
+    # through the weights or the signals, a rate, an init, the inputs' scale, depth, grows
+    # them first, so it all but never shows these): ``input``, the first module's output
+    # turned non-finite from sound weights (``RunFacts.nonfinite_input_step``: the batch
+    # carried NaN or Inf); ``target``, every output and weight was sound at that recorded
+    # step (``nonfinite_target_step``: the targets did, or the loss computation failed);
+    # ``unrecorded``, that step has no module statistics (``calm_nonfinite_step``: either,
+    # or a numerical bug outside the vocabulary)
+    "nonfinite_source": (("other", "input", "target", "unrecorded"),
+                         {"other": 0.996, "input": 0.001, "target": 0.001,
+                          "unrecorded": 0.002},
+                         {"data_problem": {"other": 0.5, "input": 0.2, "target": 0.2,
+                                           "unrecorded": 0.1},
+                          "loss_output_mismatch": {"other": 0.95, "input": 0.001,
+                                                   "target": 0.05, "unrecorded": 0.02},
+                          "unknown": {"other": 0.8, "input": 0.05, "target": 0.05,
+                                      "unrecorded": 0.1}}),
 }
 #: Knob evidence that reads a steady learning rate (uninformative about the level a schedule
 #: spike reaches: the node also hangs on ``lr_schedule``).

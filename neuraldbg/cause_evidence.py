@@ -98,6 +98,12 @@ class CauseWeights:
         (:attr:`~neuraldbg.run_facts.RunFacts.nonfinite_input_step`): the first module put
         out NaN or Inf from sound weights; a preprocessing step inside ``forward`` (a log
         of a negative value) looks the same.
+    nonfinite_target : float, default=0.75
+        Support of ``data_problem`` when the loss turned non-finite at a recorded step
+        whose module outputs and weights were sound, out of a calm run
+        (:attr:`~neuraldbg.run_facts.RunFacts.nonfinite_target_step`): a missing value
+        among the targets, most often; a loss computation that fails on sound outputs (a
+        hand-written ``log``) looks the same, hence less than for a non-finite input.
     calm_nonfinite : float, default=0.9
         Support of ``unknown`` when the loss turned non-finite out of a calm run at a step
         without module statistics (:attr:`~neuraldbg.run_facts.RunFacts.calm_nonfinite_step`):
@@ -218,6 +224,7 @@ class CauseWeights:
     unsafe_loss_decades: float = 0.5
     nonfinite_input: float = 0.9
     calm_nonfinite: float = 0.9
+    nonfinite_target: float = 0.75
     lr_confound_share: float = 0.5
     lr_from_start: float = 0.1
     lr_jump: float = 0.95
@@ -391,6 +398,10 @@ class ScriptBugs:
     bad_input : float
         1 when an input batch carried non-finite values
         (:attr:`~neuraldbg.run_facts.RunFacts.nonfinite_input_step`), else 0.
+    bad_target : float
+        1 when the loss turned non-finite from sound outputs out of a calm run
+        (:attr:`~neuraldbg.run_facts.RunFacts.nonfinite_target_step`) and not right after
+        it reached the bottom (:attr:`unsafe_loss` reads that case), else 0.
     calm_nonfinite : float
         1 when the loss turned non-finite out of a calm run at an unrecorded step
         (:attr:`~neuraldbg.run_facts.RunFacts.calm_nonfinite_step`), else 0.
@@ -404,11 +415,13 @@ class ScriptBugs:
     floor: float = 0.0
     unsafe_loss: float = 0.0
     bad_input: float = 0.0
+    bad_target: float = 0.0
     calm_nonfinite: float = 0.0
 
     @classmethod
     def measure(cls, facts: RunFacts, cfg: ThresholdConfig, w: CauseWeights) -> ScriptBugs:
         """Read every bug's support off the facts."""
+        unsafe_loss = unsafe_loss_support(facts, w)
         return cls(piled=max(running_sum_support(facts, cfg, w),
                              accumulation_support(facts, cfg, w)),
                    targets=logistic_support(facts.loss_scale_ratio, cfg.loss_scale_ratio),
@@ -416,12 +429,15 @@ class ScriptBugs:
                    blocked=1.0 if facts.blocked_modules else 0.0,
                    bn_off=batchnorm_off_support(facts, cfg, w),
                    floor=output_floor_support(facts, cfg),
-                   unsafe_loss=unsafe_loss_support(facts, w),
+                   unsafe_loss=unsafe_loss,
                    bad_input=0.0 if facts.nonfinite_input_step is None else 1.0,
+                   bad_target=(0.0 if facts.nonfinite_target_step is None
+                               else 1.0 - unsafe_loss),
                    calm_nonfinite=0.0 if facts.calm_nonfinite_step is None else 1.0)
 
     @property
     def strongest(self) -> float:
         """The best-supported bug: the share the generic causes lose."""
         return max(self.piled, self.targets, self.symmetric, self.blocked, self.bn_off,
-                   self.floor, self.unsafe_loss, self.bad_input, self.calm_nonfinite)
+                   self.floor, self.unsafe_loss, self.bad_input, self.bad_target,
+                   self.calm_nonfinite)

@@ -36,7 +36,8 @@ from the generic causes above, which the bug itself inflates):
   while others did (a ``.detach()``, ``no_grad`` in the forward);
 - ``data_problem``: a stall whose weights move as much as in healthy training, with no
   other cause supported (labels unrelated to the inputs); or an input batch that carried
-  NaN or Inf (the first module's output turned non-finite from sound weights);
+  NaN or Inf (the first module's output turned non-finite from sound weights); or targets
+  that did (the loss turned non-finite out of a calm run while every output was finite);
 - BatchNorm layers whose outputs are not normalised at the first step (a model left in
   ``eval()``): a cause outside the vocabulary, so its support goes to ``unknown``;
 - weights that never moved while gradients flowed (the optimizer holds other parameters):
@@ -271,6 +272,12 @@ def _put_script_bugs(cands: _Candidates, s: _Shared, bugs: ScriptBugs) -> None:
                    "earlier outputs were sound: the input batch carried NaN or Inf (a corrupted "
                    "record, a missing value, a division by zero in preprocessing); check the "
                    "batches, e.g. assert torch.isfinite(x).all()"})
+    cands.put("data_problem", w.nonfinite_target * bugs.bad_target, {
+        "nonfinite_target_step": facts.nonfinite_target_step,
+        "reading": "the loss turned non-finite out of a calm run while every module output "
+                   "and every weight was finite: the NaN came with the targets (a missing "
+                   "value) or from the loss computation; check the targets, e.g. assert "
+                   "torch.isfinite(y).all()"})
     cands.put("unknown", w.calm_nonfinite * bugs.calm_nonfinite, {
         "calm_nonfinite_step": facts.calm_nonfinite_step,
         "reading": "the loss turned non-finite out of a calm run (no blow-up, spike or "

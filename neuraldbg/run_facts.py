@@ -196,6 +196,13 @@ class RunFacts:
         finite, moderate values do not output NaN; a corrupted record, a missing value or a
         division by zero in the data pipeline does. None otherwise (also when that step has
         no module statistics: ``every > 1`` between recorded steps).
+    nonfinite_target_step : int or None
+        The step the loss first turned non-finite, when that step was recorded with every
+        module output finite and below ``act_overflow``, the model's output below 80 in
+        absolute value (no loss that exponentiates it overflows), every parameter finite,
+        and the run calm up to it (as for ``calm_nonfinite_step``): the model computed
+        sound outputs, so the NaN entered with what the loss compared them to (a missing
+        value among regression targets) or in the loss computation itself. None otherwise.
     calm_nonfinite_step : int or None
         The step the loss first turned non-finite, when that step has no module statistics
         (``every > 1``, between recorded steps) and the run was calm up to it: at least
@@ -244,6 +251,7 @@ class RunFacts:
     weights_unmoved: str | None = None
     nonfinite_from_floor: float = math.nan
     nonfinite_input_step: int | None = None
+    nonfinite_target_step: int | None = None
     calm_nonfinite_step: int | None = None
 
 
@@ -323,6 +331,7 @@ def gather_facts(trace: Trace, states: StateTable, dyn: LossDynamics,
         weights_unmoved=frozen_weights(trace, win.edge_min_steps),
         nonfinite_from_floor=_nonfinite_from_floor(trace, states, dyn, win),
         nonfinite_input_step=_nonfinite_input(trace, states, dyn),
+        nonfinite_target_step=_nonfinite_target(trace, states, dyn, win),
         calm_nonfinite_step=_calm_nonfinite(trace, states, dyn, win),
         **scales._asdict())
 
@@ -392,16 +401,55 @@ def _calm_nonfinite(trace: Trace, states: StateTable, dyn: LossDynamics,
     step = dyn.nonfinite_step
     if step is None or (states.steps == step).any():
         return None  # no non-finite loss, or its step was recorded (nonfinite_input reads it)
+    return int(step) if _calm_before(trace, states, dyn, win, step) else None
+
+
+def _calm_before(trace: Trace, states: StateTable, dyn: LossDynamics, win: FactWindows,
+                 step: int) -> bool:
+    """Whether the run was calm up to ``step``.
+
+    At least ``edge_min_steps`` finite losses, no loss blow-up, no loss spike in the
+    ``loss_window`` steps before it, no gradient-norm explosion and no learning-rate jump
+    before it.
+    """
     loss = trace.steps["loss"].to_numpy(dtype=float)
     steps = trace.steps["step"].to_numpy()
     if np.isfinite(loss[steps < step]).sum() < win.edge_min_steps:
-        return None
+        return False
     window = states.config.loss_window
-    stormy = ((dyn.blowup_step is not None and dyn.blowup_step < step)
-              or (dyn.grad_explode_step is not None and dyn.grad_explode_step < step)
-              or any(step - window <= s < step for s in dyn.spike_steps)
-              or any(s <= step for s in dyn.lr_jump_steps))
-    return None if stormy else int(step)
+    return not ((dyn.blowup_step is not None and dyn.blowup_step < step)
+                or (dyn.grad_explode_step is not None and dyn.grad_explode_step < step)
+                or any(step - window <= s < step for s in dyn.spike_steps)
+                or any(s <= step for s in dyn.lr_jump_steps))
+
+
+def _nonfinite_target(trace: Trace, states: StateTable, dyn: LossDynamics,
+                      win: FactWindows) -> int | None:
+    """:attr:`RunFacts.nonfinite_target_step` (see there)."""
+    step = dyn.nonfinite_step
+    rows = np.flatnonzero(states.steps == step) if step is not None else np.zeros(0, int)
+    if step is None or not len(rows):
+        return None
+    row = int(rows[0])
+    m = states.measures
+    seen = m["observed"][row]
+    with np.errstate(invalid="ignore"):
+        outputs_sound = seen.any() and not (m["act_nonfinite"][row] | (
+            seen & ~(m["act_max_abs"][row] <= states.config.act_overflow))).any()
+        weights = m["param_norm"][row][_n_trainable(trace, states) > 0]
+        weights_finite = bool(np.isfinite(weights).all())
+        last = int(np.flatnonzero(seen)[-1]) if seen.any() else -1
+        moderate = last >= 0 and m["act_max_abs"][row, last] <= _EXP_SAFE
+    if (outputs_sound and moderate and weights_finite
+            and _calm_before(trace, states, dyn, win, step)):
+        return int(step)
+    return None
+
+
+#: Largest |model output| under which no loss that exponentiates it overflows in float32
+#: (exp overflows past 88.7): beyond it a softmax written by hand, or a loss on huge logits,
+#: can make the loss NaN from sound outputs (unnormalised inputs do, in the zoo).
+_EXP_SAFE = 80.0
 
 
 #: The loss floor of ``CrossEntropyLoss`` fed probabilities: every logit in [0, 1], the

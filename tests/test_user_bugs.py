@@ -287,6 +287,31 @@ def test_a_nan_batch_between_recorded_steps_is_not_blamed_on_the_rate() -> None:
     assert "every=1" in hint and "NaN" in hint, hint
 
 
+@pytest.mark.parametrize("optimizer", ["adam", "sgd"])
+def test_a_missing_regression_target_is_a_data_problem_not_the_rate(optimizer: str) -> None:
+    """A regression target read as NaN (a missing value) reaches the loss at step 60: every
+    module output and weight is sound there, and the loss is NaN from then on. The
+    heuristic said learning_rate_too_high at 1.00 on the SGD run, the network 0.91 and
+    0.73. The heuristic now names data_problem; the network data_problem or "unknown",
+    never a cause in the model or the optimizer."""
+    target = (X @ torch.randn(64, 1, generator=torch.Generator().manual_seed(1))).squeeze(1)
+    target = torch.cat([target, target[:1]])
+    target[-1] = float("nan")
+    inputs = torch.cat([X, X[:1]])
+    model = nn.Sequential(*_mlp(out=1), nn.Flatten(0))
+    opt = (torch.optim.Adam(model.parameters(), lr=1e-3) if optimizer == "adam"
+           else torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9))
+    trace = _train(model, opt, F.mse_loss, target, inputs=inputs,
+                   batches=_batches_with_record(len(inputs) - 1, 60, len(inputs)))
+    top = ndb.explain(trace)[0]
+    assert (top.root_cause, top.failure_type, top.origin_step) == \
+        ("data_problem", "loss_divergence", 60), top
+    assert top.confidence >= 0.5
+    claimed = [h for h in ndb.explain(trace, method="probabilistic") if h.confidence >= 0.5]
+    assert claimed and claimed[0].failure_type == "loss_divergence", claimed
+    assert all(h.root_cause in ("data_problem", "unknown") for h in claimed), claimed
+
+
 def test_a_high_but_fine_adam_rate_and_a_standardised_large_target_are_healthy() -> None:
     model = _mlp()
     _assert_healthy(_train(model, torch.optim.Adam(model.parameters(), lr=1e-2),
