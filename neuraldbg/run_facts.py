@@ -191,11 +191,12 @@ class RunFacts:
         The step whose input batch carried non-finite values: at the step the loss first
         turned non-finite, the first module the forward called put out NaN or Inf while its
         parameters were finite and within 10x (``_WEIGHT_GROWTH_HIGH``) of their first recorded
-        norm, and its outputs at every earlier recorded step were finite and below
-        ``act_overflow`` (so nothing blew up on its way there). Weights like these fed
-        finite, moderate values do not output NaN; a corrupted record, a missing value or a
-        division by zero in the data pipeline does. None otherwise (also when that step has
-        no module statistics: ``every > 1`` between recorded steps).
+        norm, its outputs at every earlier recorded step were finite and below
+        ``act_overflow``, and the run was calm up to it (as for ``calm_nonfinite_step``): so
+        nothing blew up on its way there. Weights like these fed finite, moderate values do
+        not output NaN; a corrupted record, a missing value or a division by zero in the
+        data pipeline does. None otherwise (also when that step has no module statistics:
+        ``every > 1`` between recorded steps).
     nonfinite_target_step : int or None
         The step the loss first turned non-finite, when that step was recorded with every
         module output finite and below ``act_overflow``, the model's output below 80 in
@@ -330,7 +331,7 @@ def gather_facts(trace: Trace, states: StateTable, dyn: LossDynamics,
         **_output_floor(trace, states, win),
         weights_unmoved=frozen_weights(trace, win.edge_min_steps),
         nonfinite_from_floor=_nonfinite_from_floor(trace, states, dyn, win),
-        nonfinite_input_step=_nonfinite_input(trace, states, dyn),
+        nonfinite_input_step=_nonfinite_input(trace, states, dyn, win),
         nonfinite_target_step=_nonfinite_target(trace, states, dyn, win),
         calm_nonfinite_step=_calm_nonfinite(trace, states, dyn, win),
         **scales._asdict())
@@ -367,7 +368,8 @@ def _nonfinite_from_floor(trace: Trace, states: StateTable, dyn: LossDynamics,
 _WEIGHT_GROWTH_HIGH = 10.0
 
 
-def _nonfinite_input(trace: Trace, states: StateTable, dyn: LossDynamics) -> int | None:
+def _nonfinite_input(trace: Trace, states: StateTable, dyn: LossDynamics,
+                     win: FactWindows) -> int | None:
     """:attr:`RunFacts.nonfinite_input_step` (see there)."""
     step = dyn.nonfinite_step
     rows = np.flatnonzero(states.steps == step) if step is not None else np.zeros(0, int)
@@ -392,7 +394,7 @@ def _nonfinite_input(trace: Trace, states: StateTable, dyn: LossDynamics) -> int
         if not (np.isfinite(norms[-1]) and len(seen)
                 and norms[-1] <= _WEIGHT_GROWTH_HIGH * seen[0]):
             return None  # weights non-finite or grown: they may have made the output
-    return int(step) if earlier_sound else None
+    return int(step) if earlier_sound and _calm_before(trace, states, dyn, win, step) else None
 
 
 def _calm_nonfinite(trace: Trace, states: StateTable, dyn: LossDynamics,
