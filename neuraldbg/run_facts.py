@@ -340,26 +340,36 @@ def gather_facts(trace: Trace, states: StateTable, dyn: LossDynamics,
 def _nonfinite_from_floor(trace: Trace, states: StateTable, dyn: LossDynamics,
                           win: FactWindows) -> float:
     """:attr:`RunFacts.nonfinite_from_floor` (see there)."""
-    step = dyn.nonfinite_step
-    rows = np.flatnonzero(states.steps == step) if step is not None else np.zeros(0, int)
-    if step is None or not len(rows):
+    at = _nonfinite_row(states, dyn)
+    if at is None:
         return math.nan  # no loss went non-finite, or its step has no module statistics
-    m = states.measures
-    row = int(rows[0])
-    seen = m["observed"][row]
-    with np.errstate(invalid="ignore"):
-        outputs_finite = seen.any() and not (m["act_nonfinite"][row] | (
-            seen & ~(m["act_max_abs"][row] <= states.config.act_overflow))).any()
+    step, row = at
     loss = trace.steps["loss"].to_numpy(dtype=float)
     steps = trace.steps["step"].to_numpy()
     before = loss[(steps < step) & np.isfinite(loss)]
     k = win.edge_min_steps
-    if not outputs_finite or len(before) < 2 * k:
+    if not _outputs_sound(states, row) or len(before) < 2 * k:
         return math.nan
     start, last = float(np.mean(before[:k])), float(np.median(before[-k:]))
     if not (start > 0 and 0 <= last < LEARNED_LOSS):
         return math.nan
     return last / start
+
+
+def _nonfinite_row(states: StateTable, dyn: LossDynamics) -> tuple[int, int] | None:
+    """The first step with a non-finite loss and its row in ``states``, when recorded."""
+    step = dyn.nonfinite_step
+    rows = np.flatnonzero(states.steps == step) if step is not None else np.zeros(0, int)
+    return (int(step), int(rows[0])) if step is not None and len(rows) else None
+
+
+def _outputs_sound(states: StateTable, row: int) -> bool:
+    """Every module output recorded at ``row`` finite and below ``act_overflow``."""
+    m = states.measures
+    seen = m["observed"][row]
+    with np.errstate(invalid="ignore"):
+        return bool(seen.any()) and not (m["act_nonfinite"][row] | (
+            seen & ~(m["act_max_abs"][row] <= states.config.act_overflow))).any()
 
 
 #: Largest growth of the first module's parameter norm (over its first recorded one) under
@@ -371,11 +381,10 @@ _WEIGHT_GROWTH_HIGH = 10.0
 def _nonfinite_input(trace: Trace, states: StateTable, dyn: LossDynamics,
                      win: FactWindows) -> int | None:
     """:attr:`RunFacts.nonfinite_input_step` (see there)."""
-    step = dyn.nonfinite_step
-    rows = np.flatnonzero(states.steps == step) if step is not None else np.zeros(0, int)
-    if step is None or not len(rows):
+    at = _nonfinite_row(states, dyn)
+    if at is None:
         return None
-    row = int(rows[0])
+    step, row = at
     m = states.measures
     called = np.flatnonzero(m["observed"][row])
     if not len(called):
@@ -428,21 +437,14 @@ def _calm_before(trace: Trace, states: StateTable, dyn: LossDynamics, win: FactW
 def _nonfinite_target(trace: Trace, states: StateTable, dyn: LossDynamics,
                       win: FactWindows) -> int | None:
     """:attr:`RunFacts.nonfinite_target_step` (see there)."""
-    step = dyn.nonfinite_step
-    rows = np.flatnonzero(states.steps == step) if step is not None else np.zeros(0, int)
-    if step is None or not len(rows):
+    at = _nonfinite_row(states, dyn)
+    if at is None or not _outputs_sound(states, at[1]):
         return None
-    row = int(rows[0])
+    step, row = at
     m = states.measures
-    seen = m["observed"][row]
-    with np.errstate(invalid="ignore"):
-        outputs_sound = seen.any() and not (m["act_nonfinite"][row] | (
-            seen & ~(m["act_max_abs"][row] <= states.config.act_overflow))).any()
-        weights = m["param_norm"][row][_n_trainable(trace, states) > 0]
-        weights_finite = bool(np.isfinite(weights).all())
-        last = int(np.flatnonzero(seen)[-1]) if seen.any() else -1
-        moderate = last >= 0 and m["act_max_abs"][row, last] <= _EXP_SAFE
-    if (outputs_sound and moderate and weights_finite
+    weights = m["param_norm"][row][_n_trainable(trace, states) > 0]
+    last = int(np.flatnonzero(m["observed"][row])[-1])  # the model's output
+    if (m["act_max_abs"][row, last] <= _EXP_SAFE and np.isfinite(weights).all()
             and _calm_before(trace, states, dyn, win, step)):
         return int(step)
     return None
