@@ -284,8 +284,8 @@ def observe_cause_signs(trace: Trace, facts: Any, bins: Bins | None = None
     (:func:`neuraldbg.cause_evidence.unsafe_loss_support` at 0.5 or above), else ``other``.
     ``nonfinite_source``: where a non-finite loss that came out of a calm run came from:
     ``input`` (:attr:`neuraldbg.run_facts.RunFacts.nonfinite_input_step`), ``target``
-    (``nonfinite_target_step``, not right after the loss reached the bottom), ``unrecorded``
-    (``calm_nonfinite_step``), else ``other``.
+    (``nonfinite_target_step``, not right after the loss reached the bottom), ``unseen``
+    (``calm_nonfinite_step`` or ``nonfinite_entry_module``), else ``other``.
 
     Parameters
     ----------
@@ -311,9 +311,11 @@ def observe_cause_signs(trace: Trace, facts: Any, bins: Bins | None = None
         "input" if facts.nonfinite_input_step is not None
         else "target" if (facts.nonfinite_target_step is not None
                           and states["nonfinite_loss"] != "from_floor")
-        else "unrecorded" if facts.calm_nonfinite_step is not None else "other")
+        else "unseen" if (facts.calm_nonfinite_step is not None
+                          or facts.nonfinite_entry_module is not None) else "other")
     step = next((s for s in (facts.nonfinite_input_step, facts.nonfinite_target_step,
-                             facts.calm_nonfinite_step) if s is not None), None)
+                             facts.calm_nonfinite_step, facts.nonfinite_entry_step)
+                 if s is not None), None)
     features["nonfinite_source"] = float("nan") if step is None else float(step)
     return states, features
 

@@ -107,17 +107,18 @@ CAUSE_EVIDENCE: dict[str, tuple[tuple[str, ...], dict[str, float],
     # turned non-finite from sound weights (``RunFacts.nonfinite_input_step``: the batch
     # carried NaN or Inf); ``target``, every output and weight was sound at that recorded
     # step (``nonfinite_target_step``: the targets did, or the loss computation failed);
-    # ``unrecorded``, that step has no module statistics (``calm_nonfinite_step``: either,
-    # or a numerical bug outside the vocabulary)
-    "nonfinite_source": (("other", "input", "target", "unrecorded"),
+    # ``unseen``, that step has no module statistics (``calm_nonfinite_step``), or the value
+    # entered between modules (``nonfinite_entry_module``): either, or a numerical bug
+    # outside the vocabulary
+    "nonfinite_source": (("other", "input", "target", "unseen"),
                          {"other": 0.996, "input": 0.001, "target": 0.001,
-                          "unrecorded": 0.002},
+                          "unseen": 0.002},
                          {"data_problem": {"other": 0.5, "input": 0.2, "target": 0.2,
-                                           "unrecorded": 0.1},
+                                           "unseen": 0.1},
                           "loss_output_mismatch": {"other": 0.95, "input": 0.001,
-                                                   "target": 0.05, "unrecorded": 0.02},
+                                                   "target": 0.05, "unseen": 0.02},
                           "unknown": {"other": 0.8, "input": 0.05, "target": 0.05,
-                                      "unrecorded": 0.1}}),
+                                      "unseen": 0.1}}),
 }
 #: Knob evidence that reads a steady learning rate (uninformative about the level a schedule
 #: spike reaches: the node also hangs on ``lr_schedule``).

@@ -404,7 +404,8 @@ class ScriptBugs:
         it reached the bottom (:attr:`unsafe_loss` reads that case), else 0.
     calm_nonfinite : float
         1 when the loss turned non-finite out of a calm run at an unrecorded step
-        (:attr:`~neuraldbg.run_facts.RunFacts.calm_nonfinite_step`), else 0.
+        (:attr:`~neuraldbg.run_facts.RunFacts.calm_nonfinite_step`) or from a value that
+        entered between modules (``nonfinite_entry_module``), else 0.
     """
 
     piled: float
@@ -433,7 +434,8 @@ class ScriptBugs:
                    bad_input=0.0 if facts.nonfinite_input_step is None else 1.0,
                    bad_target=(0.0 if facts.nonfinite_target_step is None
                                else 1.0 - unsafe_loss),
-                   calm_nonfinite=0.0 if facts.calm_nonfinite_step is None else 1.0)
+                   calm_nonfinite=0.0 if facts.calm_nonfinite_step is None
+                   and facts.nonfinite_entry_module is None else 1.0)
 
     @property
     def strongest(self) -> float:

@@ -278,6 +278,16 @@ def _put_script_bugs(cands: _Candidates, s: _Shared, bugs: ScriptBugs) -> None:
                    "and every weight was finite: the NaN came with the targets (a missing "
                    "value) or from the loss computation; check the targets, e.g. assert "
                    "torch.isfinite(y).all()"})
+    if facts.nonfinite_entry_module is not None:
+        name, step = facts.nonfinite_entry_module, facts.nonfinite_entry_step
+        cands.put("unknown", w.calm_nonfinite * bugs.calm_nonfinite, {
+            "nonfinite_entry_module": name, "nonfinite_entry_step": step,
+            "reading": f"at step {step} the first non-finite output was module {name}'s, "
+                       "from sound weights, while every module before it had a finite "
+                       "output: the NaN or Inf entered the forward pass before it",
+            "hint": f"check what module {name} receives at step {step}: an input the first "
+                    "module does not take, or an operation in forward() before it (a log, "
+                    "a division); assert torch.isfinite(...) there"})
     cands.put("unknown", w.calm_nonfinite * bugs.calm_nonfinite, {
         "calm_nonfinite_step": facts.calm_nonfinite_step,
         "reading": "the loss turned non-finite out of a calm run (no blow-up, spike or "

@@ -192,16 +192,27 @@ class RunFacts:
         turned non-finite, the first module the forward called put out NaN or Inf while its
         parameters were finite and within 10x (``_WEIGHT_GROWTH_HIGH``) of their first recorded
         norm, its outputs at every earlier recorded step were finite and below
-        ``act_overflow``, and the run was calm up to it (as for ``calm_nonfinite_step``): so
+        ``act_overflow``, and the run was calm up to it (as for ``calm_nonfinite_step``,
+        from the first step on): so
         nothing blew up on its way there. Weights like these fed finite, moderate values do
         not output NaN; a corrupted record, a missing value or a division by zero in the
         data pipeline does. None otherwise (also when that step has no module statistics:
         ``every > 1`` between recorded steps).
+    nonfinite_entry_module : str or None
+        As for ``nonfinite_input_step``, but the first module whose output turned
+        non-finite is not the first one the forward called (every module before it had a
+        finite output): the NaN or Inf entered between modules, with an input the first
+        module does not take (a float feature beside an embedding), from an upstream
+        output whose sampled statistics missed it, or from an operation in ``forward``
+        (a ``log`` or a division). The data or the script: the trace cannot tell which.
+    nonfinite_entry_step : int or None
+        The step of ``nonfinite_entry_module``.
     nonfinite_target_step : int or None
         The step the loss first turned non-finite, when that step was recorded with every
         module output finite and below ``act_overflow``, the model's output below 80 in
         absolute value (no loss that exponentiates it overflows), every parameter finite,
-        and the run calm up to it (as for ``calm_nonfinite_step``): the model computed
+        and the run calm up to it (as for ``calm_nonfinite_step``, from the first step
+        on): the model computed
         sound outputs, so the NaN entered with what the loss compared them to (a missing
         value among regression targets) or in the loss computation itself. None otherwise.
     calm_nonfinite_step : int or None
@@ -252,6 +263,8 @@ class RunFacts:
     weights_unmoved: str | None = None
     nonfinite_from_floor: float = math.nan
     nonfinite_input_step: int | None = None
+    nonfinite_entry_module: str | None = None
+    nonfinite_entry_step: int | None = None
     nonfinite_target_step: int | None = None
     calm_nonfinite_step: int | None = None
 
@@ -331,7 +344,7 @@ def gather_facts(trace: Trace, states: StateTable, dyn: LossDynamics,
         **_output_floor(trace, states, win),
         weights_unmoved=frozen_weights(trace, win.edge_min_steps),
         nonfinite_from_floor=_nonfinite_from_floor(trace, states, dyn, win),
-        nonfinite_input_step=_nonfinite_input(trace, states, dyn, win),
+        **_nonfinite_entry_facts(trace, states, dyn, win),
         nonfinite_target_step=_nonfinite_target(trace, states, dyn, win),
         calm_nonfinite_step=_calm_nonfinite(trace, states, dyn, win),
         **scales._asdict())
@@ -378,32 +391,54 @@ def _outputs_sound(states: StateTable, row: int) -> bool:
 _WEIGHT_GROWTH_HIGH = 10.0
 
 
-def _nonfinite_input(trace: Trace, states: StateTable, dyn: LossDynamics,
-                     win: FactWindows) -> int | None:
-    """:attr:`RunFacts.nonfinite_input_step` (see there)."""
+def _nonfinite_entry_facts(trace: Trace, states: StateTable, dyn: LossDynamics,
+                           win: FactWindows) -> dict[str, Any]:
+    """``nonfinite_input_step`` and ``nonfinite_entry_module`` (:class:`RunFacts`)."""
+    entry = _nonfinite_entry(trace, states, dyn, win)
+    if entry is None:
+        return {}
+    step, j, first = entry
+    return ({"nonfinite_input_step": step} if first
+            else {"nonfinite_entry_module": states.module_names[j],
+                  "nonfinite_entry_step": step})
+
+
+def _nonfinite_entry(trace: Trace, states: StateTable, dyn: LossDynamics,
+                     win: FactWindows) -> tuple[int, int, bool] | None:
+    """Where a non-finite value entered the forward pass out of a calm run.
+
+    ``(step, module index, first)``: at the first non-finite loss (a recorded step), the
+    first module in forward order whose output is non-finite has finite parameters within
+    :data:`_WEIGHT_GROWTH_HIGH` of their first recorded norm and sound earlier outputs, the
+    run was calm up to it (from the first step on), and ``first`` says whether that module
+    is the first one the forward called. None otherwise.
+    """
     at = _nonfinite_row(states, dyn)
     if at is None:
         return None
     step, row = at
     m = states.measures
     called = np.flatnonzero(m["observed"][row])
-    if not len(called):
+    bad = called[m["act_nonfinite"][row, called]] if len(called) else called
+    if not len(bad):
         return None
-    first = int(called[0])  # modules are in forward order: the one the input reaches first
-    if not m["act_nonfinite"][row, first]:
-        return None
-    before = m["observed"][:row, first]
+    j = int(bad[0])  # modules are in forward order
+    before = m["observed"][:row, j]
     with np.errstate(invalid="ignore"):
-        earlier_sound = not (m["act_nonfinite"][:row, first][before]
-                             | ~(m["act_max_abs"][:row, first][before]
+        earlier_sound = not (m["act_nonfinite"][:row, j][before]
+                             | ~(m["act_max_abs"][:row, j][before]
                                  <= states.config.act_overflow)).any()
-    if _n_trainable(trace, states)[first] > 0:
-        norms = m["param_norm"][:row + 1, first]
+    if _n_trainable(trace, states)[j] > 0:
+        norms = m["param_norm"][:row + 1, j]
         seen = norms[np.isfinite(norms)]
         if not (np.isfinite(norms[-1]) and len(seen)
                 and norms[-1] <= _WEIGHT_GROWTH_HIGH * seen[0]):
             return None  # weights non-finite or grown: they may have made the output
-    return int(step) if earlier_sound and _calm_before(trace, states, dyn, win, step) else None
+    # no history needed: a module that turns non-finite from sound weights at step 0 was fed
+    # a non-finite batch as surely as one at step 60
+    if not (earlier_sound and _calm_before(trace, states, dyn, win, step, history=False)):
+        return None
+    return int(step), j, j == int(called[0])
 
 
 def _calm_nonfinite(trace: Trace, states: StateTable, dyn: LossDynamics,
@@ -416,16 +451,16 @@ def _calm_nonfinite(trace: Trace, states: StateTable, dyn: LossDynamics,
 
 
 def _calm_before(trace: Trace, states: StateTable, dyn: LossDynamics, win: FactWindows,
-                 step: int) -> bool:
+                 step: int, *, history: bool = True) -> bool:
     """Whether the run was calm up to ``step``.
 
-    At least ``edge_min_steps`` finite losses, no loss blow-up, no loss spike in the
-    ``loss_window`` steps before it, no gradient-norm explosion and no learning-rate jump
-    before it.
+    At least ``edge_min_steps`` finite losses (unless ``history`` is False), no loss
+    blow-up, no loss spike in the ``loss_window`` steps before it, no gradient-norm
+    explosion and no learning-rate jump before it.
     """
     loss = trace.steps["loss"].to_numpy(dtype=float)
     steps = trace.steps["step"].to_numpy()
-    if np.isfinite(loss[steps < step]).sum() < win.edge_min_steps:
+    if history and np.isfinite(loss[steps < step]).sum() < win.edge_min_steps:
         return False
     window = states.config.loss_window
     return not ((dyn.blowup_step is not None and dyn.blowup_step < step)
@@ -444,8 +479,10 @@ def _nonfinite_target(trace: Trace, states: StateTable, dyn: LossDynamics,
     m = states.measures
     weights = m["param_norm"][row][_n_trainable(trace, states) > 0]
     last = int(np.flatnonzero(m["observed"][row])[-1])  # the model's output
+    # no history needed either: finite outputs this small and finite weights do not make a
+    # standard loss NaN at any step
     if (m["act_max_abs"][row, last] <= _EXP_SAFE and np.isfinite(weights).all()
-            and _calm_before(trace, states, dyn, win, step)):
+            and _calm_before(trace, states, dyn, win, step, history=False)):
         return int(step)
     return None
 
@@ -599,7 +636,7 @@ def _blocked(trace: Trace, states: StateTable, min_steps: int) -> tuple[str, ...
     """Trainable, called modules that never got a gradient while others did.
 
     All of them when no module's output got a gradient in ``min_steps`` or more recorded
-    steps.
+    steps whose loss was finite.
     """
     m = states.measures
     n_train = _n_trainable(trace, states)
@@ -609,7 +646,13 @@ def _blocked(trace: Trace, states: StateTable, min_steps: int) -> tuple[str, ...
     no_out = ~np.isfinite(out_g).any(axis=0)
     no_par = (par_g == 0).all(axis=0)
     trainable = called & (n_train > 0)
-    if trainable.any() and no_out.all() and len(states.steps) >= min_steps:
+    # steps whose loss was finite: a NaN loss back-propagates NaN, which reads as no gradient
+    # (a batch carrying NaN at step 0 is not a loss computed on detached outputs)
+    steps = trace.steps
+    finite_loss = np.isin(states.steps,
+                          steps["step"].to_numpy()[np.isfinite(steps["loss"].to_numpy(float))])
+    if (trainable.any() and not np.isfinite(out_g[finite_loss]).any()
+            and finite_loss.sum() >= min_steps):
         # no module's output ever received a gradient: the loss does not reach the network
         # (computed on ``outputs.detach()``); parameter gradients, if any, come from a term
         # on the weights themselves (an L2 penalty), which trains nothing

@@ -63,11 +63,15 @@ TREND_ALPHA = 0.05
 def usable_trace(trace: Trace) -> Trace:
     """The trace without the steps that did not finish (``complete`` is False).
 
+    Also without the batches the training loop threw away, and with the gradients of the
+    steps no optimizer took left out (:func:`without_skipped_gradients`).
+
     Raises
     ------
     ValueError
         If no finished step is left: there is nothing to explain yet.
     """
+    trace = without_skipped_gradients(trace)  # (marks the batches a loop threw away)
     steps = trace.steps
     if "complete" in steps and len(steps):
         done = steps["complete"].fillna(True).astype(bool).to_numpy()
@@ -79,7 +83,7 @@ def usable_trace(trace: Trace) -> Trace:
                           modules=trace.modules,
                           meta={**trace.meta, "incomplete_steps_left_out":
                                 [int(s) for s in steps.loc[~done, "step"]]})
-    trace = loss_above_floor(without_skipped_gradients(trace))
+    trace = loss_above_floor(trace)
     if len(trace.steps) == 0 or len(trace.stats) == 0:
         if len(steps) and "loss" in steps and steps["loss"].isna().all():
             raise ValueError(
@@ -142,9 +146,13 @@ def without_skipped_gradients(trace: Trace) -> Trace:
     A ``GradScaler`` skips the optimizer step when the scaled gradients overflow (to inf or
     NaN) and lowers the scale: the early steps of a float16 run often do. Those gradients
     never reached the weights and their overflow is the scaler's business, not the model's;
-    the steps' losses and activations are kept. A run in which no optimizer ever stepped
-    (``stepped`` False throughout: ``opt.step()`` never called, or an optimizer that is not
-    the one given) is returned unchanged, since that itself is the finding.
+    the steps' losses and activations are kept. A skipped step whose loss is non-finite
+    while a later loss is finite is a batch the user's loop threw away (``if not
+    torch.isfinite(loss): dbg.step(loss); continue``): its loss counts as not given
+    (``complete`` False) and its module statistics are left out. A run in which no
+    optimizer ever stepped (``stepped`` False throughout: ``opt.step()`` never called, or an
+    optimizer that is not the one given) is returned unchanged, since that itself is the
+    finding.
     """
     steps = trace.steps
     if "stepped" not in steps or not len(steps):
@@ -158,6 +166,13 @@ def without_skipped_gradients(trace: Trace) -> Trace:
     for column in SKIPPED_GRADIENT_COLUMNS:
         if column in stats:
             stats.loc[rows, column] = np.nan
+    finite = np.isfinite(steps["loss"].to_numpy(dtype=float))
+    later_finite = np.append(np.logical_or.accumulate(finite[::-1])[::-1][1:], False)
+    thrown = ~stepped & ~finite & later_finite
+    if thrown.any() and "complete" in steps:
+        steps = steps.copy()
+        steps.loc[thrown, "complete"] = False
+        stats = stats[~stats["step"].isin(steps.loc[thrown, "step"])].reset_index(drop=True)
     return Trace(steps=steps, stats=stats, modules=trace.modules,
                  meta={**trace.meta, "skipped_steps": [int(s) for s in skipped]})
 

@@ -312,6 +312,74 @@ def test_a_missing_regression_target_is_a_data_problem_not_the_rate(optimizer: s
     assert all(h.root_cause in ("data_problem", "unknown") for h in claimed), claimed
 
 
+def test_a_loop_that_throws_away_nan_batches_is_healthy() -> None:
+    """The user guards the loop: a batch whose loss is NaN is logged and skipped, with no
+    backward and no optimizer step (corrupted records at steps 30 and 70). The run trains.
+    Both methods called it a loss divergence before (the heuristic blamed the rate at 0.51,
+    the network at 0.91)."""
+    inputs = torch.cat([X, X[:1]])
+    inputs[-1] = float("nan")
+    targets = torch.cat([Y, Y[:1]])
+    model = _mlp()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    g = torch.Generator().manual_seed(0)
+    with ndb.NeuralDbg(model, optimizer=opt) as dbg:
+        for step in range(150):
+            idx = torch.randint(0, len(inputs) - 1, (64,), generator=g)
+            if step in (30, 70):
+                idx[5] = len(inputs) - 1
+            opt.zero_grad()
+            loss = F.cross_entropy(model(inputs[idx]), targets[idx])
+            if not torch.isfinite(loss):
+                dbg.step(loss)  # logged, then thrown away
+                continue
+            loss.backward()
+            opt.step()
+            dbg.step(loss)
+    trace = dbg.trace
+    assert trace.steps["loss"].isna().sum() == 2
+    for method in ("heuristic", "probabilistic"):
+        claimed = [h for h in ndb.explain(trace, method=method) if h.confidence >= 0.5]
+        assert not claimed, (method, claimed)
+
+
+class _TabularNet(nn.Module):
+    """A category embedding beside numeric features, joined in ``forward``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.emb = nn.Embedding(10, 8)
+        self.fc1 = nn.Linear(8 + 64, 64)
+        self.act = nn.ReLU()
+        self.out = nn.Linear(64, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        category = (x[:, 0] * 9).long().clamp(0, 9)
+        return self.out(self.act(self.fc1(torch.cat([self.emb(category), x], dim=1))))
+
+
+def test_a_nan_that_enters_between_modules_is_not_blamed_on_the_rate() -> None:
+    """A NaN among the numeric features reaches the first Linear through a concatenation
+    in ``forward``: the embedding, the first module called, stays finite. The network said
+    learning_rate_too_high (0.71) before. The first module to turn non-finite had sound
+    weights and everything before it was finite: the NaN came from outside the modules,
+    the data or an operation in forward(), which the trace cannot tell apart; so the cause
+    is unknown, and the hint names the module to check."""
+    inputs = torch.cat([X, X[:1]])
+    inputs[-1, 20] = float("nan")
+    model = _TabularNet()
+    trace = _train(model, torch.optim.Adam(model.parameters(), lr=1e-3), F.cross_entropy,
+                   torch.cat([Y, Y[:1]]), inputs=inputs,
+                   batches=_batches_with_record(len(inputs) - 1, 80, len(inputs)))
+    for method in ("heuristic", "probabilistic"):
+        claimed = [h for h in ndb.explain(trace, method=method) if h.confidence >= 0.5]
+        assert claimed and claimed[0].origin_step == 80, (method, claimed)
+        assert all(h.root_cause in ("unknown", "data_problem") for h in claimed), \
+            (method, claimed)
+    assert "fc1" in ndb.explain(trace)[0].metadata["hint"]
+
+
 def test_a_high_but_fine_adam_rate_and_a_standardised_large_target_are_healthy() -> None:
     model = _mlp()
     _assert_healthy(_train(model, torch.optim.Adam(model.parameters(), lr=1e-2),
