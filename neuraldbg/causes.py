@@ -288,13 +288,14 @@ def _put_script_bugs(cands: _Candidates, s: _Shared, bugs: ScriptBugs) -> None:
             "hint": f"check what module {name} receives at step {step}: an input the first "
                     "module does not take, or an operation in forward() before it (a log, "
                     "a division); assert torch.isfinite(...) there"})
-    cands.put("unknown", w.calm_nonfinite * bugs.calm_nonfinite, {
-        "calm_nonfinite_step": facts.calm_nonfinite_step,
-        "reading": "the loss turned non-finite out of a calm run (no blow-up, spike or "
-                   "gradient growth before it) at a step without module statistics",
-        "hint": "a batch carrying NaN or Inf, or a numerical bug, rather than the learning "
-                "rate; record every step (every=1) or check the batches "
-                "(assert torch.isfinite(x).all())"})
+    else:
+        cands.put("unknown", w.calm_nonfinite * bugs.calm_nonfinite, {
+            "calm_nonfinite_step": facts.calm_nonfinite_step,
+            "reading": "the loss turned non-finite out of a calm run (no blow-up, spike or "
+                       "gradient growth before it) at a step without module statistics",
+            "hint": "a batch carrying NaN or Inf, or a numerical bug, rather than the learning "
+                    "rate; record every step (every=1) or check the batches "
+                    "(assert torch.isfinite(x).all())"})
     if bugs.bn_off >= w.min_support:  # a cause outside the vocabulary: support for "unknown"
         cands.out["unknown"] = (bugs.bn_off, {
             "batchnorm_off_factor": facts.batchnorm_off_factor,
