@@ -287,11 +287,13 @@ def _loss_events(c: _Columns, cfg: ThresholdConfig, win: CurveWindows) -> _LossE
     fin_idx = np.flatnonzero(finite)
     baseline = (float(np.median(loss[fin_idx[:cfg.baseline_steps]])) if len(fin_idx)
                 else float("nan"))
-    # Spikes: a finite loss above spike_factor x the trailing median of the previous losses.
+    # Spikes: a finite loss above spike_factor x the trailing median of the previous losses
+    # that also rises by a share of the baseline (not the jitter of a converged loss).
     trailing = (pd.Series(loss).rolling(cfg.loss_window, min_periods=win.spike_min_history)
                 .median().shift(1).to_numpy())
     with np.errstate(invalid="ignore"):
-        spike = finite & (loss > cfg.loss_spike_factor * np.abs(trailing)) & (trailing > 0)
+        spike = (finite & (loss > cfg.loss_spike_factor * np.abs(trailing)) & (trailing > 0)
+                 & (loss - trailing > cfg.loss_spike_min_rise * abs(baseline)))
         blow = finite & (loss > cfg.loss_blowup * abs(baseline)) & (baseline > 0)
     return {"baseline": baseline, "nonfinite_step": _first(nonfinite, steps),
             "spike_steps": tuple(int(steps[i]) for i in _onsets(spike)),

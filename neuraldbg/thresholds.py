@@ -102,7 +102,11 @@ class ThresholdConfig:
         Activation std above this multiple of the module's early baseline is anomalous.
     loss_spike_factor : float, default=3.0
         A finite loss above this multiple of the median of the previous ``loss_window``
-        losses is a spike (the capture's own spike rule).
+        losses is a spike, when it also rises above that median by ``loss_spike_min_rise``
+        of the baseline loss (the capture's own spike rule).
+    loss_spike_min_rise : float, default=0.25
+        Near convergence a minibatch loss jitters by many times its median while moving by
+        a sliver of where it started (1e-5 to 6e-5 from a baseline of 2.2): no spike.
     loss_window : int, default=10
         Trailing window of the spike rule.
     loss_blowup : float, default=10.0
@@ -257,6 +261,7 @@ class ThresholdConfig:
     act_overflow: float = 1e6
     act_growth: float = 1e3
     loss_spike_factor: float = 3.0
+    loss_spike_min_rise: float = 0.25
     loss_window: int = 10
     loss_blowup: float = 10.0
     plateau_improvement: float = 0.1
