@@ -157,8 +157,16 @@ def _architecture(types: list[str], config: dict[str, Any], bins: Bins) -> tuple
 
 
 def _lr_config(trace: Trace, config: dict[str, Any], bins: Bins) -> str:
-    """The configured learning rate against the optimizer's usual one: low | typical | high."""
+    """The configured learning rate against the optimizer's usual one: low | typical | high.
+
+    The rate is the config's ``lr``, else the median of the rates the capture read from the
+    optimizer (most users pass no config; "unknown" is left for a run without either).
+    """
     lr = config.get("lr")
+    if not isinstance(lr, (int, float)) and "lr" in trace.steps:
+        rates = trace.steps["lr"].to_numpy(dtype=float)
+        rates = rates[np.isfinite(rates) & (rates > 0)]
+        lr = float(np.median(rates)) if rates.size else None
     opt = str(config.get("optimizer") or trace.meta.get("optimizer_class") or "").lower()
     ref = _LR_REFERENCE.get(opt)
     if not (isinstance(lr, (int, float)) and lr > 0 and ref is not None):

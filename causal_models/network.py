@@ -46,6 +46,7 @@ from causal_models.observation import observe
 from causal_models.placement import fit_placement
 from causal_models.posterior import calibrate_joint, joint_posterior
 from causal_models.registry import code_bug_failure_types, list_failure_modes, list_root_causes
+from causal_models.sensors import UNSTATED
 from causal_models.structure import (
     Structure,
     build_structure,
@@ -303,10 +304,15 @@ class ProbabilisticReasoner:
                                self.root_causes_)
 
     def evidence(self, trace: Trace) -> dict[str, str]:
-        """The observed node states of ``trace`` (its discretization, no ground truth)."""
+        """The observed node states of ``trace`` (its discretization, no ground truth).
+
+        A sensor that read nothing (:data:`causal_models.sensors.UNSTATED`: no config said
+        the rate, the init or the inputs' scale) is left out, not observed as "unknown".
+        """
         check_is_fitted(self)
         states = self.observe(trace).states
-        return {n: states[n] for n in self.structure_.observed_nodes() if n in states}
+        return {n: states[n] for n in self.structure_.observed_nodes()
+                if n in states and states[n] != UNSTATED.get(n)}
 
     def joint_posterior(self, trace: Trace) -> pd.DataFrame:
         """Calibrated P(failure_type, root_cause | trace) as a DataFrame (rows failure types).

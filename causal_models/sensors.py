@@ -36,7 +36,7 @@ from causal_models.priors import NO_CAUSE, PRIOR_SHAPE, NodeTables, normalised
 from causal_models.registry import CauseFragment, FailureMode
 from neuraldbg.records import HEALTHY
 
-__all__ = ["KNOB_EVIDENCE", "RUN_EVIDENCE", "CAUSE_EVIDENCE", "check_signs",
+__all__ = ["KNOB_EVIDENCE", "RUN_EVIDENCE", "CAUSE_EVIDENCE", "UNSTATED", "check_signs",
            "add_knob_evidence", "add_run_evidence", "add_cause_evidence", "add_rule_nodes"]
 
 #: Knob evidence: node -> (parent, states, {parent state: {state: weight}}).
@@ -69,6 +69,14 @@ KNOB_EVIDENCE: dict[str, tuple[str, tuple[str, ...], dict[str, dict[str, float]]
         "ok": {"normal": 1.0}, "large": {"large": 1.0, "normal": 0.5},
         "very_large": {"large": 1.0}}),
 }
+#: Sensor states that say nothing was stated or measured: a query leaves the node out of the
+#: evidence (it is marginalised), whatever its fitted table says. The zoo's runs always carry
+#: a config, so "unknown" is rare in the fitting data at the common levels and its table
+#: entries there shrink toward 0 while the rare levels keep their priors: read as a state,
+#: a run without a config (most users' runs) counted 7x for a large init and 14x for large
+#: inputs against the usual level.
+UNSTATED: dict[str, str] = {"lr_config": "unknown", "init_config": "unknown",
+                            "input_config": "unknown", "weight_rows": "unknown"}
 #: Run-level evidence on the failure (children of ``failure_type``; a cause's ``signs`` may
 #: add its fault as a parent).
 RUN_EVIDENCE: dict[str, tuple[str, ...]] = {

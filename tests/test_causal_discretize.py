@@ -14,7 +14,8 @@ from causal_models.origin import locate_origin
 
 
 def _train(depth: int = 3, steps: int = 40, lr: float = 0.05, act: type[nn.Module] = nn.ReLU,
-           bias: float | None = None, every: int = 1, seed: int = 0) -> ndb.Trace:
+           bias: float | None = None, every: int = 1, seed: int = 0,
+           config: bool = True) -> ndb.Trace:
     torch.manual_seed(seed)
     layers: list[nn.Module] = []
     width = 16
@@ -30,7 +31,7 @@ def _train(depth: int = 3, steps: int = 40, lr: float = 0.05, act: type[nn.Modul
     y = (x[:, 0] > 0).long() + (x[:, 1] > 0).long()
     opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
     with ndb.NeuralDbg(model, optimizer=opt, every=every,
-                       config={"lr": lr, "optimizer": "sgd"}) as dbg:
+                       config={"lr": lr, "optimizer": "sgd"} if config else None) as dbg:
         for _ in range(steps):
             opt.zero_grad()
             loss = nn.functional.cross_entropy(model(x), y)
@@ -108,3 +109,22 @@ def test_invalid_sizes_and_empty_trace_raise() -> None:
                       modules=trace.modules, meta={})
     with pytest.raises(ValueError, match="no steps"):
         discretize(empty)
+
+
+def test_a_run_without_a_config_reads_its_rate_from_the_optimizer_and_leaves_the_rest_out(
+        ) -> None:
+    """Most users pass no config. The rate is still known (the capture reads it from the
+    optimizer); the init and the inputs' scale are not, and the network must not read
+    their "unknown" as a state: its tables learnt "unknown" from a zoo that always states
+    them, where it counted 7x for a large init and 14x for large inputs."""
+    import causal_models
+
+    fine, hot = _train(steps=5, lr=0.05, config=False), _train(steps=5, lr=20.0, config=False)
+    assert fine.meta["config"] == {} and fine.meta["optimizer_class"] == "SGD"
+    assert observe_knobs(fine)["lr_config"] == "typical"
+    assert observe_knobs(hot)["lr_config"] == "high"
+    knobs = observe_knobs(fine)
+    assert knobs["init_config"] == "unknown" and knobs["input_config"] == "unknown"
+    evidence = causal_models.load_default_model().evidence(fine)
+    assert evidence["lr_config"] == "typical"
+    assert "init_config" not in evidence and "input_config" not in evidence
