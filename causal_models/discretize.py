@@ -322,6 +322,10 @@ def _block_states(trace: Trace, blocks: tuple[tuple[str, ...], ...], bounds: lis
     g_out, _ = cell_mean(log10_abs(og), np.isfinite(og))
     g = np.where(n_param > 0, g_param, g_out)
     nan_act = stats["act_nan"].to_numpy(dtype=float) + stats["act_inf"].to_numpy(dtype=float)
+    # counted on a sample; the largest value is over every element (NaN: a missed NaN)
+    called = stats["calls"].to_numpy(dtype=float) > 0
+    nan_act = np.where(called & ~np.isfinite(stats["act_max_abs"].to_numpy(dtype=float)),
+                       np.maximum(np.nan_to_num(nan_act), 1.0), nan_act)
     # A NaN parameter-gradient norm is non-finite where the step's loss was (the backward of
     # a blown-up loss), else unmeasured (no optimizer step took the gradients).
     loss_bad = trace.steps.loc[~np.isfinite(trace.steps["loss"].to_numpy(dtype=float)), "step"]

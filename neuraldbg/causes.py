@@ -268,10 +268,11 @@ def _put_script_bugs(cands: _Candidates, s: _Shared, bugs: ScriptBugs) -> None:
                    "(BCEWithLogitsLoss, CrossEntropyLoss)"})
     cands.put("data_problem", w.nonfinite_input * bugs.bad_input, {
         "nonfinite_input_step": facts.nonfinite_input_step,
-        "reading": "the first module's output turned non-finite while its weights and its "
-                   "earlier outputs were sound: the input batch carried NaN or Inf (a corrupted "
-                   "record, a missing value, a division by zero in preprocessing); check the "
-                   "batches, e.g. assert torch.isfinite(x).all()"})
+        "reading": "the first module's output turned non-finite (or overflowed) while its "
+                   "weights and its earlier outputs were sound: the input batch carried NaN, "
+                   "Inf or a huge value (a corrupted record, a missing value, a division by "
+                   "zero in preprocessing, a sentinel such as 1e30); check the batches, e.g. "
+                   "assert torch.isfinite(x).all() and x.abs().max() < 1e4"})
     cands.put("data_problem", w.nonfinite_target * bugs.bad_target, {
         "nonfinite_target_step": facts.nonfinite_target_step,
         "reading": "the loss turned non-finite out of a calm run while every module output "
@@ -291,11 +292,12 @@ def _put_script_bugs(cands: _Candidates, s: _Shared, bugs: ScriptBugs) -> None:
     else:
         cands.put("unknown", w.calm_nonfinite * bugs.calm_nonfinite, {
             "calm_nonfinite_step": facts.calm_nonfinite_step,
-            "reading": "the loss turned non-finite out of a calm run (no blow-up, spike or "
-                       "gradient growth before it) at a step without module statistics",
-            "hint": "a batch carrying NaN or Inf, or a numerical bug, rather than the learning "
-                    "rate; record every step (every=1) or check the batches "
-                    "(assert torch.isfinite(x).all())"})
+            "reading": "the loss blew up or turned non-finite out of a calm run (no spike, "
+                       "gradient growth or weight growth before it) at a step without module "
+                       "statistics",
+            "hint": "a batch carrying NaN, Inf or a huge value, or a numerical bug, rather "
+                    "than the learning rate; record every step (every=1) or check the batches "
+                    "(assert torch.isfinite(x).all() and x.abs().max() < 1e4)"})
     if bugs.bn_off >= w.min_support:  # a cause outside the vocabulary: support for "unknown"
         cands.out["unknown"] = (bugs.bn_off, {
             "batchnorm_off_factor": facts.batchnorm_off_factor,

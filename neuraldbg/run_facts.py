@@ -188,8 +188,12 @@ class RunFacts:
         softmax) then reaches ``log(0)`` once ``p`` rounds to 1, and the loss is NaN while
         every output is finite.
     nonfinite_input_step : int or None
-        The step whose input batch carried non-finite values: at the step the loss first
-        turned non-finite, the first module the forward called put out NaN or Inf while its
+        The step whose input batch carried non-finite values, or finite ones so huge that
+        the loss overflowed: at the first recorded step, up to the one where the loss first
+        turned non-finite, with a module output non-finite or above ``act_overflow``, the
+        first module the forward called put out NaN, Inf or such a value (after a sound
+        output at an earlier recorded step, when finite: inputs of that scale from the
+        start are unnormalised, not one bad record) while its
         parameters were finite and within 10x (``_WEIGHT_GROWTH_HIGH``) of their first recorded
         norm, its outputs at every earlier recorded step were finite and below
         ``act_overflow``, and the run was calm up to it (as for ``calm_nonfinite_step``,
@@ -216,8 +220,12 @@ class RunFacts:
         sound outputs, so the NaN entered with what the loss compared them to (a missing
         value among regression targets) or in the loss computation itself. None otherwise.
     calm_nonfinite_step : int or None
-        The step the loss first turned non-finite, when that step has no module statistics
-        (``every > 1``, between recorded steps) and the run was calm up to it: at least
+        The step the loss first turned non-finite, or blew up on its way there in one step
+        (by :data:`_JUMP_DECADES` decades: a record of 1e30 makes the loss huge at its step
+        and NaN at the next), when that step has no
+        module statistics (``every > 1``, between recorded steps), the weights were finite and
+        within 10x of their first norm wherever measured up to it, and the run was calm up
+        to it: at least
         ``edge_min_steps`` finite losses before it, no loss blow-up, no loss spike in the
         ``loss_window`` steps before it, no gradient-norm explosion and no learning-rate
         jump before it. A rate, an init or unscaled inputs grow the loss or the gradients
@@ -376,6 +384,23 @@ def _nonfinite_row(states: StateTable, dyn: LossDynamics) -> tuple[int, int] | N
     return (int(step), int(rows[0])) if step is not None and len(rows) else None
 
 
+def _entry_row(states: StateTable, dyn: LossDynamics) -> tuple[int, int] | None:
+    """The first recorded step, up to the first non-finite loss, with an output not sound.
+
+    Not sound: non-finite, or finite above ``act_overflow`` (a record of 1e30 makes the
+    loss finite but huge at its step and NaN at the next, after the update). ``(step,
+    row)``; None when the loss never turned non-finite or no such step was recorded.
+    """
+    if dyn.nonfinite_step is None:
+        return None
+    m = states.measures
+    with np.errstate(invalid="ignore"):
+        unsound = m["observed"] & (m["act_nonfinite"]
+                                   | ~(m["act_max_abs"] <= states.config.act_overflow))
+    rows = np.flatnonzero(unsound.any(axis=1) & (states.steps <= dyn.nonfinite_step))
+    return (int(states.steps[rows[0]]), int(rows[0])) if len(rows) else None
+
+
 def _outputs_sound(states: StateTable, row: int) -> bool:
     """Every module output recorded at ``row`` finite and below ``act_overflow``."""
     m = states.measures
@@ -389,6 +414,9 @@ def _outputs_sound(states: StateTable, row: int) -> bool:
 #: which a non-finite output of that module is read as a non-finite input: weights that grew
 #: more than this may have blown the output up themselves.
 _WEIGHT_GROWTH_HIGH = 10.0
+#: Largest growth of the model's parameter norm from one measurement to the next under which
+#: a run counts as calm at a non-finite or overflowing step.
+_WEIGHT_STEP_GROWTH = 2.0
 
 
 def _nonfinite_entry_facts(trace: Trace, states: StateTable, dyn: LossDynamics,
@@ -407,27 +435,41 @@ def _nonfinite_entry(trace: Trace, states: StateTable, dyn: LossDynamics,
                      win: FactWindows) -> tuple[int, int, bool] | None:
     """Where a non-finite value entered the forward pass out of a calm run.
 
-    ``(step, module index, first)``: at the first non-finite loss (a recorded step), the
-    first module in forward order whose output is non-finite has finite parameters within
+    ``(step, module index, first)``: at the first recorded step up to the first non-finite
+    loss with an output non-finite or above ``act_overflow`` (:func:`_entry_row`), the
+    first module in forward order whose output is so has finite parameters within
     :data:`_WEIGHT_GROWTH_HIGH` of their first recorded norm and sound earlier outputs, the
     run was calm up to it (from the first step on), and ``first`` says whether that module
     is the first one the forward called. None otherwise.
     """
-    at = _nonfinite_row(states, dyn)
+    at = _entry_row(states, dyn)
     if at is None:
         return None
     step, row = at
     m = states.measures
+    overflow = states.config.act_overflow
     called = np.flatnonzero(m["observed"][row])
-    bad = called[m["act_nonfinite"][row, called]] if len(called) else called
+    with np.errstate(invalid="ignore"):
+        unsound = m["act_nonfinite"][row, called] | ~(m["act_max_abs"][row, called] <= overflow)
+    bad = called[unsound]
     if not len(bad):
         return None
     j = int(bad[0])  # modules are in forward order
     before = m["observed"][:row, j]
+    if not m["act_nonfinite"][row, j]:
+        # finite and above act_overflow: an entry is a jump, not a signal crossing the line
+        # as it grows (an init too large: each layer's output a few times the last's)
+        big = m["act_max_abs"][row, j]
+        prev = m["act_max_abs"][:row, j][before]
+        upstream = m["act_max_abs"][row, called[called < j]]
+        jump = 10.0**_JUMP_DECADES
+        if not (len(prev) and big > jump * prev[-1]):
+            return None  # huge from its first call (the inputs' scale), or grown into it
+        if len(upstream) and not big > jump * np.nanmax(np.abs(upstream), initial=0.0):
+            return None
     with np.errstate(invalid="ignore"):
         earlier_sound = not (m["act_nonfinite"][:row, j][before]
-                             | ~(m["act_max_abs"][:row, j][before]
-                                 <= states.config.act_overflow)).any()
+                             | ~(m["act_max_abs"][:row, j][before] <= overflow)).any()
     if _n_trainable(trace, states)[j] > 0:
         norms = m["param_norm"][:row + 1, j]
         seen = norms[np.isfinite(norms)]
@@ -435,8 +477,10 @@ def _nonfinite_entry(trace: Trace, states: StateTable, dyn: LossDynamics,
                 and norms[-1] <= _WEIGHT_GROWTH_HIGH * seen[0]):
             return None  # weights non-finite or grown: they may have made the output
     # no history needed: a module that turns non-finite from sound weights at step 0 was fed
-    # a non-finite batch as surely as one at step 60
-    if not (earlier_sound and _calm_before(trace, states, dyn, win, step, history=False)):
+    # a non-finite batch as surely as one at step 60; the whole model's weights too (a
+    # residual sum in forward() feeds a later module what no module put out)
+    if not (earlier_sound and _weights_sound_until(trace, step)
+            and _calm_before(trace, states, dyn, win, step, history=False)):
         return None
     return int(step), j, j == int(called[0])
 
@@ -445,9 +489,53 @@ def _calm_nonfinite(trace: Trace, states: StateTable, dyn: LossDynamics,
                     win: FactWindows) -> int | None:
     """:attr:`RunFacts.calm_nonfinite_step` (see there)."""
     step = dyn.nonfinite_step
-    if step is None or (states.steps == step).any():
-        return None  # no non-finite loss, or its step was recorded (nonfinite_input reads it)
+    if step is None:
+        return None
+    if dyn.blowup_step is not None and dyn.blowup_step < step and _jumped(
+            trace, dyn.blowup_step, states.config.loss_window):
+        step = dyn.blowup_step  # the loss went wrong there, finite, in one step
+    if (states.steps == step).any():
+        return None  # a recorded step: the module statistics say more (nonfinite_input)
+    if not _weights_sound_until(trace, step):
+        return None
     return int(step) if _calm_before(trace, states, dyn, win, step) else None
+
+
+def _weights_sound_until(trace: Trace, step: int) -> bool:
+    """Whether the model's weights stayed sound wherever measured up to ``step``.
+
+    Sound: finite, within :data:`_WEIGHT_GROWTH_HIGH` of their first norm, and not doubled
+    from the measurement before ``step``'s to ``step``'s (recorded steps only). A calm run
+    does not grow them between recorded steps; weights blown up earlier may have made the
+    loss (or an output) what it was at ``step`` themselves (a residual MLP without
+    normalisation: its weights x6 in the one step before an output passed 1e6).
+    """
+    if "param_norm" not in trace.steps:
+        return True
+    norms = trace.steps.loc[trace.steps["step"] <= step, "param_norm"].to_numpy(dtype=float)
+    seen = norms[~np.isnan(norms)]
+    if not len(seen):
+        return True
+    return bool(np.isfinite(seen).all() and seen.max() <= _WEIGHT_GROWTH_HIGH * seen[0]
+                and (len(seen) < 2 or seen[-1] <= _WEIGHT_STEP_GROWTH * seen[-2]))
+
+
+#: Decades a finite loss must jump in one step, over the largest of the ``loss_window``
+#: losses before it, to date a non-finite loss's origin there: a rate grows the loss a
+#: decade or so a step (a regression at lr 1: 1.0, 3.8, 82, 1.2e4), a record of 1e30 by 27.
+_JUMP_DECADES = 3.0
+
+
+def _jumped(trace: Trace, step: int, window: int) -> bool:
+    """Whether the loss jumped by :data:`_JUMP_DECADES` at ``step`` from the window before."""
+    steps = trace.steps["step"].to_numpy()
+    loss = trace.steps["loss"].to_numpy(dtype=float)
+    now = loss[steps == step]
+    before = loss[(steps < step) & (steps >= step - window)]
+    before = before[np.isfinite(before)]
+    if not (len(now) and np.isfinite(now[0]) and len(before)):
+        return False
+    return bool(abs(now[0]) > 10.0**_JUMP_DECADES * np.abs(before).max())
 
 
 def _calm_before(trace: Trace, states: StateTable, dyn: LossDynamics, win: FactWindows,

@@ -214,7 +214,10 @@ def _gradient_measures(t: dict[str, np.ndarray], observed: np.ndarray, trainable
     """Gradient ratios to the step's largest, to the output's, to the early baseline."""
     n_s, n_m = observed.shape
     g = t["out_grad_norm"]
-    act_nonfinite = observed & (np.nan_to_num(t["act_nan"]) + np.nan_to_num(t["act_inf"]) > 0)
+    # NaN and Inf are counted on the output's sample; its largest value is taken over every
+    # element (a NaN there is one the sample missed: one NaN record in a batch of 256)
+    act_nonfinite = observed & ((np.nan_to_num(t["act_nan"]) + np.nan_to_num(t["act_inf"]) > 0)
+                                | ~np.isfinite(t["act_max_abs"]))
     nonfinite = act_nonfinite | (observed & ~np.isfinite(g))
     finite_g = observed & np.isfinite(g) & ~nonfinite
     # A module whose gradient is exactly zero at every step and which sits before the first

@@ -294,6 +294,81 @@ def test_a_nan_record_after_the_loss_reached_its_floor_is_a_data_problem() -> No
         assert top.confidence >= 0.5 and top.origin_step == 70, (method, top)
 
 
+@pytest.mark.parametrize("every", [1, 16])
+def test_a_record_of_1e30_is_not_blamed_on_the_rate(every: int) -> None:
+    """A finite sentinel (1e30) in one record at step 60: the first layer's output jumps to
+    1e29 from sound weights, the loss to 1e27 and, after the update, to NaN. Both methods
+    named the learning rate with confidence 1.0 / 0.91. With every step recorded the
+    heuristic names the data; at every=16 step 60 has no module statistics and neither
+    method may name the rate (a loss that jumps 27 decades in one step out of a calm run)."""
+    inputs = torch.cat([X, X[:1]])
+    inputs[-1, 12] = 1e30
+    record = len(inputs) - 1
+    for corrupted in (True, False):
+        model = _mlp()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        batches = _batches_with_record(record, 60 if corrupted else -1, len(inputs))
+        with ndb.NeuralDbg(model, optimizer=opt, every=every) as dbg:
+            for idx in batches:
+                opt.zero_grad()
+                loss = F.cross_entropy(model(inputs[idx]), torch.cat([Y, Y[:1]])[idx])
+                loss.backward()
+                opt.step()
+                dbg.step(loss)
+        trace = dbg.trace
+        if not corrupted:
+            _assert_healthy(trace)
+            continue
+        assert trace.steps["loss"].iloc[60] > 1e20 and np.isnan(trace.steps["loss"].iloc[61])
+        for method in ("heuristic", "probabilistic"):
+            top = ndb.explain(trace, method=method)[0]
+            assert top.root_cause in ("data_problem", "unknown"), (method, top)
+            assert top.origin_step == 60, (method, top)
+        if every == 1:
+            assert ndb.explain(trace)[0].root_cause == "data_problem"
+
+
+@pytest.mark.parametrize("cell", [nn.GRU, nn.LSTM])
+def test_a_nan_in_a_recurrent_input_is_a_data_problem(cell: type[nn.Module]) -> None:
+    """One NaN in one sequence at step 70 of an Adam-trained GRU/LSTM classifier: its
+    sampled statistics count no NaN at that step but its largest output (taken over every
+    element) is NaN. The methods saw the NaN first in the head and said "unknown", the
+    origin the head."""
+    g = torch.Generator().manual_seed(0)
+    seqs = torch.randn(1024, 20, 4, generator=g)
+    labels = ((seqs[:, :, 0].sum(1) + 0.5 * seqs[:, -5:, 1].sum(1)) > 0).long()
+
+    class Classifier(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.rnn = cell(4, 32, batch_first=True)
+            self.head = nn.Linear(32, 2)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.head(self.rnn(x)[0][:, -1])
+
+    torch.manual_seed(0)
+    model = Classifier()
+    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    with ndb.NeuralDbg(model, optimizer=opt) as dbg:
+        for step in range(100):
+            idx = torch.randint(0, 1024, (32,), generator=g)
+            x = seqs[idx].clone()
+            if step == 70:
+                x[4, 7, 2] = float("nan")
+            opt.zero_grad()
+            loss = F.cross_entropy(model(x), labels[idx])
+            loss.backward()
+            opt.step()
+            dbg.step(loss)
+    for method in ("heuristic", "probabilistic"):
+        top = ndb.explain(dbg.trace, method=method)[0]
+        assert (top.root_cause, top.failure_type) == ("data_problem", "loss_divergence"), \
+            (method, top)
+        assert top.confidence >= 0.5 and top.origin_step == 70, (method, top)
+        assert top.origin_layer == "rnn", (method, top)
+
+
 def test_a_nan_batch_between_recorded_steps_is_not_blamed_on_the_rate() -> None:
     """The same corrupted record at step 60 of a run recorded every 16 steps: that step
     has no module statistics, so the input cannot be seen. Both methods said
