@@ -170,3 +170,40 @@ def test_a_loss_that_peaks_at_its_first_step_is_not_said_to_start_lower():
     text = evidence_sentence(TraceEvidence(trace, summary), h)
     assert "peaked at" in text and "started at" not in text, text
     assert "median of its first steps" in text, text
+
+
+def test_a_nan_record_out_of_a_converged_loss_is_told_as_it_happened():
+    """A NaN record at step 60 of a healthy run. The sentences said "the loss rose from 2.3
+    to 2.32 (step 0)" (a blip at the start), "the output of 0" (a bare module name), and
+    for the second hypothesis a gradient that "grew 1.03x between steps 3 and 1" (the
+    largest value taken before the low point)."""
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(512, 16, generator=g)
+    y = (x[:, 0] + x[:, 1] > 0).long()
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 32), nn.ReLU(),
+                          nn.Linear(32, 2))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    with ndb.NeuralDbg(model, optimizer=opt) as dbg:
+        for step in range(80):
+            idx = torch.randint(0, 512, (64,), generator=g)
+            xb = x[idx].clone()
+            if step == 60:
+                xb[3, 5] = float("nan")
+            opt.zero_grad()
+            loss = nn.functional.cross_entropy(model(xb), y[idx])
+            loss.backward()
+            opt.step()
+            dbg.step(loss)
+    trace = dbg.trace
+    summary = summarize_run(trace)
+    ev = TraceEvidence(trace, summary)
+    div = evidence_sentence(ev, ndb.Hypothesis("loss_divergence", "data_problem", "0", 60, 1.0))
+    assert "rose" not in div and "at step 59" in div, div
+    assert "output of layer 0 (Linear)" in div, div
+    for layer in ("0", "2", "4"):
+        text = evidence_sentence(ev, ndb.Hypothesis("exploding_gradients", "unknown", layer,
+                                                    0, 0.4))
+        said = re.search(r"between steps (\d+) and (\d+)", text)
+        assert said is None or int(said[1]) <= int(said[2]), text
+        assert "grew" not in text or "10^" in text or re.search(r"grew \d{2,}", text), text

@@ -209,24 +209,37 @@ def _loss_context(s: RunSummary) -> str:
     return f"the loss fell from {fmt_num(s.loss_first)} to {fmt_num(s.loss_last)}"
 
 
-def _grad_series(ev: TraceEvidence, module: str) -> tuple[np.ndarray, np.ndarray, str]:
-    steps, vals = ev.series("out_grad_norm", module)
-    if len(vals) and np.nanmax(vals) > 0:
-        return steps, vals, "gradient norm"
-    steps, vals = ev.series("param_grad_norm", module)
-    return steps, vals, "parameter gradient norm"
+#: Growth below which a gradient norm's rise is not said as a growth (minibatch noise moves
+#: a gradient norm by a few times; an explosion by orders of magnitude).
+_NOTABLE_GROWTH = 10.0
+
+
+def _growth(steps: np.ndarray, vals: np.ndarray) -> tuple[float, int, int]:
+    """(growth, i0, i1): the largest value from the early low on over that low."""
+    k = min(5, len(vals))
+    i0 = int(np.argmin(vals[:k]))
+    i1 = i0 + int(np.argmax(vals[i0:]))  # never before the low point
+    return float(vals[i1] / vals[i0]), i0, i1
 
 
 def _exploding(ev: TraceEvidence, h: Hypothesis) -> str:
-    steps, vals, what = _grad_series(ev, h.origin_layer)
-    pos = vals > 0
-    steps, vals = steps[pos], vals[pos]
-    if len(vals) < 2:
-        return f"the {what} of {ev.label(h.origin_layer)} was not measured often enough"
-    k = min(5, len(vals))
-    i0 = int(np.argmin(vals[:k]))
-    i1 = int(np.argmax(vals))
-    return (f"the {what} of {ev.label(h.origin_layer)} grew {fmt_factor(vals[i1] / vals[i0])} "
+    # the output gradient's norm, or the parameters' when it grew more (gradients that pile
+    # up in .grad, an overflowing input's weight gradient)
+    series = []
+    for stat, what in (("out_grad_norm", "gradient norm"),
+                       ("param_grad_norm", "parameter gradient norm")):
+        steps, vals = ev.series(stat, h.origin_layer)
+        pos = vals > 0
+        if pos.sum() >= 2:
+            series.append((_growth(steps[pos], vals[pos]), steps[pos], vals[pos], what))
+    if not series:
+        return f"the gradient norm of {ev.label(h.origin_layer)} was not measured often enough"
+    (growth, i0, i1), steps, vals, what = max(series, key=lambda x: x[0][0])
+    if growth < _NOTABLE_GROWTH:
+        return (f"the {what} of {ev.label(h.origin_layer)} stayed within {fmt_factor(growth)} "
+                f"of its early low ({fmt_num(vals[i0])} at step {steps[i0]}, at most "
+                f"{fmt_num(vals[i1])}) while finite")
+    return (f"the {what} of {ev.label(h.origin_layer)} grew {fmt_factor(growth)} "
             f"between steps {steps[i0]} and {steps[i1]} ({fmt_num(vals[i0])} -> "
             f"{fmt_num(vals[i1])})")
 
@@ -261,12 +274,24 @@ def _share(ev: TraceEvidence, h: Hypothesis, stat: str, noun: str, state: str) -
 def _divergence(ev: TraceEvidence, h: Hypothesis) -> str:
     s = ev.summary
     parts = []
-    if s.loss_peak is not None and s.loss_first is not None:
+    rose = (s.loss_peak is not None and s.loss_first is not None
+            and s.loss_peak > _NOTABLE_GROWTH * max(abs(s.loss_first), 1e-12))
+    if rose:
         parts.append(f"the loss rose from {fmt_num(s.loss_first)} to {fmt_num(s.loss_peak)} "
                      f"(step {s.loss_peak_step})")
+    elif s.first_nonfinite_loss is not None:  # out of a loss that never rose: say where it was
+        steps = ev.trace.steps
+        before = steps[(steps["step"] < s.first_nonfinite_loss.step)
+                       & np.isfinite(steps["loss"].to_numpy(dtype=float))]
+        if len(before):
+            parts.append(f"the loss was {fmt_num(float(before['loss'].iloc[-1]))} at step "
+                         f"{int(before['step'].iloc[-1])}, having started at "
+                         f"{fmt_num(s.loss_first)}")
     if s.first_nonfinite is not None:
+        kind, _, module = s.first_nonfinite.where.partition(" of ")
+        where = f"{kind} of {ev.label(module)}" if module in ev.column else s.first_nonfinite.where
         parts.append(f"the first non-finite value ({s.first_nonfinite.value}) was the "
-                     f"{s.first_nonfinite.where} at step {s.first_nonfinite.step}")
+                     f"{where} at step {s.first_nonfinite.step}")
     return "; ".join(parts) or "the loss diverged"
 
 
