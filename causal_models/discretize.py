@@ -317,6 +317,9 @@ def _block_states(trace: Trace, blocks: tuple[tuple[str, ...], ...], bounds: lis
             return s / c, c
 
     pg = stats["param_grad_norm"].to_numpy(dtype=float)
+    # an infinite norm is one whose float32 sum of squares overflowed: an explosion, read at
+    # the largest norm float32 holds (NaN is what non-finite gradients give)
+    pg = np.where(np.isposinf(pg), float(np.finfo(np.float32).max), pg)
     og = stats["out_grad_norm"].to_numpy(dtype=float)
     g_param, n_param = cell_mean(log10_abs(pg), weighted & np.isfinite(pg))
     g_out, _ = cell_mean(log10_abs(og), np.isfinite(og))
@@ -331,7 +334,7 @@ def _block_states(trace: Trace, blocks: tuple[tuple[str, ...], ...], bounds: lis
     loss_bad = trace.steps.loc[~np.isfinite(trace.steps["loss"].to_numpy(dtype=float)), "step"]
     at_bad_loss = np.isin(stats["step"].to_numpy(), loss_bad.to_numpy())
     bad = ((nan_act > 0) | (~np.isfinite(og) & ~np.isnan(og))
-           | (weighted & (np.isinf(pg) | (np.isnan(pg) & at_bad_loss))))
+           | (weighted & np.isnan(pg) & at_bad_loss))
     # A NaN output gradient right after the loss went non-finite is non-finite too.
     bad |= np.isnan(og) & (stats["calls"].to_numpy(dtype=float) > 0) & np.isnan(
         stats["act_mean"].to_numpy(dtype=float))

@@ -298,7 +298,10 @@ class ParamMeter:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
             totals = np.where(seen.any(axis=2), np.sqrt(np.nansum(sq, axis=2)), math.nan)
-        per_module = np.einsum("nkp,pm->nmk", np.nan_to_num(sq, nan=0.0), self._owner)
+        per_module = np.einsum("nkp,pm->nmk", np.where(np.isfinite(sq), sq, 0.0), self._owner)
+        # an infinite norm stays infinite (not the largest float: sqrt of it read 1.3e154)
+        per_module[np.einsum("nkp,pm->nmk", np.isinf(sq).astype(np.float64),
+                             self._owner) > 0] = math.inf
         # a quantity not measured for any of a module's parameters stays NaN for it
         measured = np.einsum("nkp,pm->nmk", seen.astype(np.float64), self._owner) > 0
         per_module[~measured] = math.nan
