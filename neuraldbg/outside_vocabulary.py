@@ -16,6 +16,9 @@ clip, not the rate, is what to change. (A rate far too high under a clip that bi
 step is still the rate.) And weights that collapsed toward zero (:func:`weights_collapsed`:
 a weight decay or an L2 penalty far stronger than the data's gradient) leave update ratios
 that look like a rate too high: the failure is claimed with cause ``unknown`` and the hint.
+So do modules whose gradients no optimizer step applies (:func:`parameters_outside_optimizer`:
+an optimizer built from part of the model), whose gradients pile up as if ``zero_grad()``
+were missing.
 
 These are facts of the trace, not any method's opinion, so :func:`neuraldbg.explain` applies
 them to every method's answer.
@@ -36,7 +39,7 @@ __all__ = ["FROZEN_CONFIDENCE", "NO_GRADIENT_HINT", "NO_STEP_HINT", "OTHER_PARAM
            "PINNED_SHARE", "PINNED_TOLERANCE", "COLLAPSE_FACTOR", "frozen_weights",
            "claim_unknown", "gradient_norm_pinned", "weights_collapsed", "batchnorm_off_factor",
            "batchnorm_not_normalising", "batchnorm_hint", "name_cause_unknown",
-           "cause_outside_vocabulary"]
+           "parameters_outside_optimizer", "cause_outside_vocabulary"]
 
 #: Confidence of the stall claimed for a model whose weights never moved over at least
 #: :data:`MIN_STEPS` steps. Not 1: the parameter norm is a float32 sum, and updates below its
@@ -172,6 +175,44 @@ def weights_collapsed(trace: Trace) -> str | None:
             "gradient makes them: is weight_decay (or the penalty's coefficient) too large?")
 
 
+def parameters_outside_optimizer(trace: Trace) -> str | None:
+    """What to check when some weighted modules get gradients but never move, or ``None``.
+
+    Over :data:`MIN_STEPS` or more recorded steps at which an optimizer step moved some
+    module (its update measured), the modules named got a finite, non-zero gradient, had no
+    update measured at any step, and kept the same parameter norm: the optimizers given to
+    the capture do not hold their parameters (built from ``model.fc.parameters()``, or
+    before the model grew a layer), so their gradients only pile up in ``.grad``. Parameters
+    frozen on purpose (``requires_grad=False``) are not trainable and are not counted.
+    """
+    stats = trace.stats
+    need = {"module_name", "step", "param_grad_norm", "param_norm", "update_ratio"}
+    if not need <= set(stats.columns) or len(trace.modules) == 0:
+        return None
+    weighted = trace.modules.loc[trace.modules["n_trainable"] > 0, "module_name"].astype(str)
+    stats = stats[stats["module_name"].astype(str).isin(set(weighted))]
+    moved = stats.groupby("step")["update_ratio"].apply(lambda u: bool(np.isfinite(u).any()))
+    steps = moved.index[moved.to_numpy()]
+    if len(steps) < MIN_STEPS:
+        return None
+    at = stats[stats["step"].isin(steps)]
+    idle = []
+    for name, rows in at.groupby(at["module_name"].astype(str), sort=False):
+        grad = rows["param_grad_norm"].to_numpy(dtype=float)
+        norm = rows["param_norm"].to_numpy(dtype=float)
+        if (np.isnan(rows["update_ratio"].to_numpy(dtype=float)).all()
+                and (np.isfinite(grad) & (grad > 0)).any()
+                and np.isfinite(norm).all() and np.ptp(norm) == 0.0):
+            idle.append(name)
+    if not idle:
+        return None
+    names = ", ".join(idle[:4]) + (f" and {len(idle) - 4} more" if len(idle) > 4 else "")
+    return (f"{names} got gradients but never moved while the optimizer stepped the rest: "
+            "the optimizer does not hold their parameters (built from part of the model, "
+            "e.g. model.fc.parameters(), or before a layer was added); build it from "
+            "model.parameters(), or set requires_grad=False on what is frozen on purpose")
+
+
 def batchnorm_off_factor(trace: Trace) -> float:
     """How far the BatchNorm outputs' std is from 1 at the first recorded step (>= 1).
 
@@ -237,12 +278,14 @@ def cause_outside_vocabulary(trace: Trace, hypotheses: list[Hypothesis]) -> str 
     """What to check when the trace shows a bug no cause in the vocabulary names, or None.
 
     Weights that collapsed (:func:`weights_collapsed`), BatchNorm layers that do not
-    normalise (:func:`batchnorm_not_normalising`), or, when the method's top hypothesis
+    normalise (:func:`batchnorm_not_normalising`), modules the optimizer does not hold
+    (:func:`parameters_outside_optimizer`), or, when the method's top hypothesis
     blames a learning rate too low, a gradient norm a clip pinned at every step
     (:func:`gradient_norm_pinned`). A model whose weights never moved is
     :func:`frozen_weights`'s.
     """
-    hint = weights_collapsed(trace) or batchnorm_not_normalising(trace)
+    hint = (weights_collapsed(trace) or batchnorm_not_normalising(trace)
+            or parameters_outside_optimizer(trace))
     top = max(hypotheses, key=lambda h: h.confidence, default=None)
     if not hint and top is not None and top.root_cause == "learning_rate_too_low":
         hint = gradient_norm_pinned(trace)  # the clip, not the rate, keeps updates small
