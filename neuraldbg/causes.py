@@ -69,7 +69,7 @@ from neuraldbg.run_facts import RunFacts
 from neuraldbg.sufficiency import LEARNED_DROP
 from neuraldbg.thresholds import ThresholdConfig
 
-__all__ = ["CauseSupport", "score_causes"]
+__all__ = ["CauseSupport", "nonfinite_check", "score_causes"]
 
 #: Cause -> (support in [0, 1], the evidence behind it).
 CauseSupport: TypeAlias = dict[str, tuple[float, dict[str, Any]]]
@@ -266,19 +266,18 @@ def _put_script_bugs(cands: _Candidates, s: _Shared, bugs: ScriptBugs) -> None:
                    "it had fallen to the bottom: the loss computation hit log(0) or 0 * inf "
                    "(a hand-written loss on probabilities); compute it from logits "
                    "(BCEWithLogitsLoss, CrossEntropyLoss)"})
+    check = nonfinite_check(facts)
     cands.put("data_problem", w.nonfinite_input * bugs.bad_input, {
         "nonfinite_input_step": facts.nonfinite_input_step,
         "reading": "the first module's output turned non-finite (or overflowed) while its "
                    "weights and its earlier outputs were sound: the input batch carried NaN, "
                    "Inf or a huge value (a corrupted record, a missing value, a division by "
-                   "zero in preprocessing, a sentinel such as 1e30); check the batches, e.g. "
-                   "assert torch.isfinite(x).all() and x.abs().max() < 1e4"})
+                   "zero in preprocessing, a sentinel such as 1e30)", "hint": check})
     cands.put("data_problem", w.nonfinite_target * bugs.bad_target, {
         "nonfinite_target_step": facts.nonfinite_target_step,
         "reading": "the loss turned non-finite out of a calm run while every module output "
                    "and every weight was finite: the NaN came with the targets (a missing "
-                   "value) or from the loss computation; check the targets, e.g. assert "
-                   "torch.isfinite(y).all()"})
+                   "value) or from the loss computation", "hint": check})
     if facts.nonfinite_entry_module is not None:
         name, step = facts.nonfinite_entry_module, facts.nonfinite_entry_step
         cands.put("unknown", w.calm_nonfinite * bugs.calm_nonfinite, {
@@ -286,18 +285,13 @@ def _put_script_bugs(cands: _Candidates, s: _Shared, bugs: ScriptBugs) -> None:
             "reading": f"at step {step} the first non-finite output was module {name}'s, "
                        "from sound weights, while every module before it had a finite "
                        "output: the NaN or Inf entered the forward pass before it",
-            "hint": f"check what module {name} receives at step {step}: an input the first "
-                    "module does not take, or an operation in forward() before it (a log, "
-                    "a division); assert torch.isfinite(...) there"})
+            "hint": check})
     else:
         cands.put("unknown", w.calm_nonfinite * bugs.calm_nonfinite, {
             "calm_nonfinite_step": facts.calm_nonfinite_step,
             "reading": "the loss blew up or turned non-finite out of a calm run (no spike, "
                        "gradient growth or weight growth before it) at a step without module "
-                       "statistics",
-            "hint": "a batch carrying NaN, Inf or a huge value, or a numerical bug, rather "
-                    "than the learning rate; record every step (every=1) or check the batches "
-                    "(assert torch.isfinite(x).all() and x.abs().max() < 1e4)"})
+                       "statistics", "hint": check})
     if bugs.bn_off >= w.min_support:  # a cause outside the vocabulary: support for "unknown"
         cands.out["unknown"] = (bugs.bn_off, {
             "batchnorm_off_factor": facts.batchnorm_off_factor,
@@ -305,6 +299,34 @@ def _put_script_bugs(cands: _Candidates, s: _Shared, bugs: ScriptBugs) -> None:
             "reading": "BatchNorm layers do not normalise: the model may be in eval() mode "
                        "while it trains",
             "hint": batchnorm_hint(facts.batchnorm_off_factor)})
+
+
+def nonfinite_check(facts: RunFacts) -> str | None:
+    """What to check when a non-finite loss came from the data or the script, or None.
+
+    One sentence per reading of :class:`~neuraldbg.run_facts.RunFacts` (a batch that carried
+    a bad value, a bad target, a value that entered between modules, a step without module
+    statistics), with its step: the hint of that reading's hypothesis, and the one
+    :func:`neuraldbg.explain` gives any method's verdict of ``data_problem`` or ``unknown``.
+    """
+    if facts.nonfinite_input_step is not None:
+        return (f"check the batch of step {facts.nonfinite_input_step}: a record carrying "
+                "NaN, Inf or a huge value (assert torch.isfinite(x).all() and "
+                "x.abs().max() < 1e4 before the forward)")
+    if facts.nonfinite_entry_module is not None:
+        name, step = facts.nonfinite_entry_module, facts.nonfinite_entry_step
+        return (f"check what module {name} receives at step {step}: an input the first "
+                "module does not take, or an operation in forward() before it (a log, a "
+                "division); assert torch.isfinite(...) there")
+    if facts.nonfinite_target_step is not None:
+        return (f"check the targets of step {facts.nonfinite_target_step} (assert "
+                "torch.isfinite(y).all()), or the loss computation")
+    if facts.calm_nonfinite_step is not None:
+        return (f"step {facts.calm_nonfinite_step} has no module statistics: a batch "
+                "carrying NaN, Inf or a huge value, or a numerical bug, rather than the "
+                "learning rate; record every step (every=1) or check the batches (assert "
+                "torch.isfinite(x).all() and x.abs().max() < 1e4)")
+    return None
 
 
 def _lr_after_start(s: _Shared) -> float:

@@ -283,7 +283,7 @@ def generate_hypotheses(symptoms: list[Symptom], comp: Compression, facts: RunFa
             conf = p_sym * (1.0 - w.alternative_drop * (1.0 - share))
             if (resolution != "evidence" or i > 0) and cause != "unknown":
                 conf = min(conf, cfg.unsure_cap)  # the carrier is the only cause claimed
-            hint = cause_ev.get("hint") if cause == "unknown" else None
+            hint = cause_ev.get("hint")
             meta = {**base_meta, **({"hint": hint} if hint else {}),
                     "cause_evidence": cause_ev, "confidence_terms": {
                 "strength": sym.strength, "consistency": sym.consistency,

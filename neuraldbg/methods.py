@@ -31,6 +31,7 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 import networkx as nx
 import numpy as np
 
+from neuraldbg.causes import nonfinite_check
 from neuraldbg.compressor import Compression, CoupledFailure, compress
 from neuraldbg.errors import MissingDependencyError
 from neuraldbg.events import LossDynamics, extract_events, loss_dynamics
@@ -453,11 +454,30 @@ def explain(trace: Trace | str | os.PathLike[str], method: str | DiagnosisMethod
     hint = cause_outside_vocabulary(usable, hypotheses)
     if hint:
         hypotheses = name_cause_unknown(hypotheses, hint)
+    hypotheses = _with_nonfinite_check(usable, hypotheses)
     if _plateau_claim(hypotheses) is not None:
         why = _unclaimable_plateau(usable, lambda: hypotheses)
         if why:
             return hedge_failure(hypotheses, "training_plateau", why)
     return hypotheses
+
+
+def _with_nonfinite_check(usable: Trace, hypotheses: list[Hypothesis]) -> list[Hypothesis]:
+    """The claimed ``data_problem`` or ``unknown`` verdict with what to check, if it has none.
+
+    A method that names no hint itself (the network) gets the one the trace's non-finite
+    facts give (:func:`neuraldbg.causes.nonfinite_check`): which batch, target or module to
+    check, at which step.
+    """
+    top = max(hypotheses, key=lambda h: h.confidence, default=None)
+    if (top is None or top.confidence < 0.5 or top.metadata.get("hint")
+            or top.root_cause not in ("data_problem", "unknown")):
+        return hypotheses
+    check = nonfinite_check(heuristic_diagnosis(usable).facts)
+    if not check:
+        return hypotheses
+    return [dataclasses.replace(h, metadata={**h.metadata, "hint": check}) if h is top else h
+            for h in hypotheses]
 
 
 def _plateau_claim(hypotheses: list[Hypothesis]) -> Hypothesis | None:

@@ -318,6 +318,8 @@ def test_a_batch_with_a_nan_record_is_a_data_problem(optimizer: str, whole: bool
                 (method, top)
             assert top.confidence >= 0.5 and top.origin_step == 60, (method, top)
             assert top.origin_layer == "0", (method, top)
+            # what to check, from either method (the network named none before)
+            assert "check the batch of step 60" in top.metadata["hint"], (method, top.metadata)
 
 
 def test_a_nan_record_after_the_loss_reached_its_floor_is_a_data_problem() -> None:

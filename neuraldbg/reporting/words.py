@@ -8,7 +8,8 @@ the loss) or from the public fields of a :class:`~neuraldbg.Hypothesis` or a cou
 (``p_failure_factual``, ``p_failure``, ``failure_type``), never from a method's private
 metadata, so the sentences stay right for any registered method. Two metadata keys are
 read, both set by :func:`neuraldbg.explain` whatever the method: ``"hint"`` (what to check when
-the cause is ``unknown``) and ``"thin_evidence"`` (why a suspicion was kept below 0.5), and
+the cause is ``unknown``, or the batch or target behind ``data_problem``) and
+``"thin_evidence"`` (why a suspicion was kept below 0.5), and
 from a counterfactual's metadata ``"outside_vocabulary"`` (:func:`what_if_caveat`).
 """
 
@@ -144,7 +145,7 @@ def verdict(hypotheses: Sequence[Hypothesis], types: Mapping[str, str] | None = 
     if top.root_cause == "unknown":
         why = f"; the cause could not be determined{_because(top, 'hint', ': ')}"
     else:
-        why = f", most likely because {cause_words(top.root_cause)}"
+        why = f", most likely because {cause_words(top.root_cause)}{_because(top, 'hint', ': ')}"
     return Verdict(True, (
         f"The run failed: {failure_words(top.failure_type)} began in {where} at step "
         f"{top.origin_step}{why} (confidence {top.confidence:.2f}, {sureness(top.confidence)})."),
