@@ -36,15 +36,17 @@ def _train(model: nn.Module, opt: torch.optim.Optimizer, loss_fn, targets: torch
            zero_grad: bool = True, steps: int = 150, inputs: torch.Tensor = X,
            backward: bool = True, zero_grad_after_backward: bool = False,
            clip: float | None = None, step: bool = True,
-           batches: Iterator[torch.Tensor] | None = None) -> ndb.Trace:
+           batches: Iterator[torch.Tensor] | None = None, every: int = 1,
+           batch: int = 64) -> ndb.Trace:
     """The usual loop; each keyword turns one line of it into a bug users write.
 
-    Minibatches of 64 drawn at random, or the indices ``batches`` yields."""
+    Minibatches of ``batch`` drawn at random, or the indices ``batches`` yields; module
+    statistics every ``every`` steps."""
     g = torch.Generator().manual_seed(0)
-    with ndb.NeuralDbg(model, optimizer=opt) as dbg:
+    with ndb.NeuralDbg(model, optimizer=opt, every=every) as dbg:
         for _ in range(steps):
             idx = next(batches) if batches is not None else torch.randint(
-                0, len(inputs), (64,), generator=g)
+                0, len(inputs), (batch,), generator=g)
             if zero_grad:
                 opt.zero_grad()
             loss = loss_fn(model(inputs[idx]), targets[idx])
@@ -163,28 +165,14 @@ def test_labels_shuffled_apart_from_their_inputs_are_a_data_problem() -> None:
                 ("data_problem", "unknown")]
 
 
-def _train_every(labels: torch.Tensor, every: int, steps: int = 300) -> ndb.Trace:
-    """Adam at 1e-3 on the digits, minibatches of 32, module statistics every ``every``."""
-    model = _mlp()
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-    g = torch.Generator().manual_seed(0)
-    with ndb.NeuralDbg(model, optimizer=opt, every=every) as dbg:
-        for _ in range(steps):
-            idx = torch.randint(0, len(X), (32,), generator=g)
-            opt.zero_grad()
-            loss = F.cross_entropy(model(X[idx]), labels[idx])
-            loss.backward()
-            opt.step()
-            dbg.step(loss)
-    return dbg.trace
-
-
 def test_a_stall_recorded_every_16_steps_is_not_read_as_a_rate_too_low() -> None:
     """Shuffled labels under Adam: the weights move as at every step, but the run's total
     movement summed the updates of the recorded steps only, 1 in 16 at every=16, and read
     a rate too low (0.92 heuristic, 0.70 network) where every=1 says "unknown"."""
     shuffled = Y[torch.randperm(len(Y), generator=torch.Generator().manual_seed(100))]
-    dense, sparse = _train_every(shuffled, 1), _train_every(shuffled, 16)
+    dense, sparse = [_train(model, torch.optim.Adam(model.parameters(), lr=1e-3),
+                            F.cross_entropy, shuffled, steps=300, every=every, batch=32)
+                     for every, model in ((1, _mlp()), (16, _mlp()))]
     total = [loss_dynamics(t).total_update for t in (dense, sparse)]
     assert abs(total[1] / total[0] - 1) < 0.25, total
     for method in ("heuristic", "probabilistic"):
