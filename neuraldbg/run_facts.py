@@ -393,21 +393,21 @@ def _entry_row(states: StateTable, dyn: LossDynamics) -> tuple[int, int] | None:
     """
     if dyn.nonfinite_step is None:
         return None
+    rows = np.flatnonzero(_unsound(states).any(axis=1) & (states.steps <= dyn.nonfinite_step))
+    return (int(states.steps[rows[0]]), int(rows[0])) if len(rows) else None
+
+
+def _unsound(states: StateTable) -> np.ndarray:
+    """(steps, modules): a recorded output that is non-finite or above ``act_overflow``."""
     m = states.measures
     with np.errstate(invalid="ignore"):
-        unsound = m["observed"] & (m["act_nonfinite"]
-                                   | ~(m["act_max_abs"] <= states.config.act_overflow))
-    rows = np.flatnonzero(unsound.any(axis=1) & (states.steps <= dyn.nonfinite_step))
-    return (int(states.steps[rows[0]]), int(rows[0])) if len(rows) else None
+        return m["observed"] & (m["act_nonfinite"]
+                                | ~(m["act_max_abs"] <= states.config.act_overflow))
 
 
 def _outputs_sound(states: StateTable, row: int) -> bool:
     """Every module output recorded at ``row`` finite and below ``act_overflow``."""
-    m = states.measures
-    seen = m["observed"][row]
-    with np.errstate(invalid="ignore"):
-        return bool(seen.any()) and not (m["act_nonfinite"][row] | (
-            seen & ~(m["act_max_abs"][row] <= states.config.act_overflow))).any()
+    return bool(states.measures["observed"][row].any()) and not _unsound(states)[row].any()
 
 
 #: Largest growth of the first module's parameter norm (over its first recorded one) under
@@ -447,11 +447,9 @@ def _nonfinite_entry(trace: Trace, states: StateTable, dyn: LossDynamics,
         return None
     step, row = at
     m = states.measures
-    overflow = states.config.act_overflow
+    unsound = _unsound(states)
     called = np.flatnonzero(m["observed"][row])
-    with np.errstate(invalid="ignore"):
-        unsound = m["act_nonfinite"][row, called] | ~(m["act_max_abs"][row, called] <= overflow)
-    bad = called[unsound]
+    bad = called[unsound[row, called]]
     if not len(bad):
         return None
     j = int(bad[0])  # modules are in forward order
@@ -467,9 +465,7 @@ def _nonfinite_entry(trace: Trace, states: StateTable, dyn: LossDynamics,
             return None  # huge from its first call (the inputs' scale), or grown into it
         if len(upstream) and not big > jump * np.nanmax(np.abs(upstream), initial=0.0):
             return None
-    with np.errstate(invalid="ignore"):
-        earlier_sound = not (m["act_nonfinite"][:row, j][before]
-                             | ~(m["act_max_abs"][:row, j][before] <= overflow)).any()
+    earlier_sound = not unsound[:row, j].any()
     if _n_trainable(trace, states)[j] > 0:
         norms = m["param_norm"][:row + 1, j]
         seen = norms[np.isfinite(norms)]
