@@ -336,8 +336,7 @@ def _block_states(trace: Trace, blocks: tuple[tuple[str, ...], ...], bounds: lis
     bad = ((nan_act > 0) | (~np.isfinite(og) & ~np.isnan(og))
            | (weighted & np.isnan(pg) & at_bad_loss))
     # A NaN output gradient right after the loss went non-finite is non-finite too.
-    bad |= np.isnan(og) & (stats["calls"].to_numpy(dtype=float) > 0) & np.isnan(
-        stats["act_mean"].to_numpy(dtype=float))
+    bad |= np.isnan(og) & called & np.isnan(stats["act_mean"].to_numpy(dtype=float))
     n_bad = np.bincount(cell, weights=bad.astype(float), minlength=n_cells)
     n_obs = np.bincount(cell, minlength=n_cells)
     rect = np.isin(fam, ("relu",))
