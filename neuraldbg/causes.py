@@ -301,6 +301,10 @@ def _put_script_bugs(cands: _Candidates, s: _Shared, bugs: ScriptBugs) -> None:
             "hint": batchnorm_hint(facts.batchnorm_off_factor)})
 
 
+#: The check a user can put on a batch for the values the non-finite readings point at.
+_BATCH_ASSERT = "assert torch.isfinite(x).all() and x.abs().max() < 1e4"
+
+
 def nonfinite_check(facts: RunFacts) -> str | None:
     """What to check when a non-finite loss came from the data or the script, or None.
 
@@ -311,8 +315,7 @@ def nonfinite_check(facts: RunFacts) -> str | None:
     """
     if facts.nonfinite_input_step is not None:
         return (f"check the batch of step {facts.nonfinite_input_step}: a record carrying "
-                "NaN, Inf or a huge value (assert torch.isfinite(x).all() and "
-                "x.abs().max() < 1e4 before the forward)")
+                f"NaN, Inf or a huge value ({_BATCH_ASSERT} before the forward)")
     if facts.nonfinite_entry_module is not None:
         name, step = facts.nonfinite_entry_module, facts.nonfinite_entry_step
         return (f"check what module {name} receives at step {step}: an input the first "
@@ -324,8 +327,8 @@ def nonfinite_check(facts: RunFacts) -> str | None:
     if facts.calm_nonfinite_step is not None:
         return (f"step {facts.calm_nonfinite_step} has no module statistics: a batch "
                 "carrying NaN, Inf or a huge value, or a numerical bug, rather than the "
-                "learning rate; record every step (every=1) or check the batches (assert "
-                "torch.isfinite(x).all() and x.abs().max() < 1e4)")
+                "learning rate; record every step (every=1) or check the batches "
+                f"({_BATCH_ASSERT})")
     return None
 
 

@@ -32,11 +32,14 @@ class NonFinite:
         ``"gradient of <module>"``.
     value : str
         ``"nan"``, ``"inf"`` or ``"-inf"`` (for module statistics, ``"nan"``/``"inf"`` counts).
+    module : str or None
+        The module of an ``"output of"`` / ``"gradient of"`` value, else None.
     """
 
     step: int
     where: str
     value: str
+    module: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,7 +135,7 @@ def _first_module_nonfinite(trace: Trace) -> NonFinite | None:
             value = "nan" if np.nan_to_num(t["act_nan"][r, c]) > 0 else "inf"
         else:
             value = "inf"
-        cand = NonFinite(int(steps[r]), f"{what} of {names[c]}", value)
+        cand = NonFinite(int(steps[r]), f"{what} of {names[c]}", value, str(names[c]))
         if best is None or cand.step < best.step:
             best = cand
     return best

@@ -289,8 +289,9 @@ def _divergence(ev: TraceEvidence, h: Hypothesis) -> str:
                          f"{int(before['step'].iloc[-1])}, having started at "
                          f"{fmt_num(s.loss_first)}")
     if s.first_nonfinite is not None:
-        kind, _, module = s.first_nonfinite.where.partition(" of ")
-        where = f"{kind} of {ev.label(module)}" if module in ev.column else s.first_nonfinite.where
+        bad = s.first_nonfinite
+        where = (bad.where if bad.module is None
+                 else f"{bad.where.split(' of ')[0]} of {ev.label(bad.module)}")
         parts.append(f"the first non-finite value ({s.first_nonfinite.value}) was the "
                      f"{where} at step {s.first_nonfinite.step}")
     return "; ".join(parts) or "the loss diverged"
