@@ -19,7 +19,7 @@ from torch import nn
 import neuraldbg as ndb
 from neuraldbg.events import loss_dynamics
 from neuraldbg.outside_vocabulary import batchnorm_off_factor
-from neuraldbg.reporting import verdict
+from neuraldbg.reporting import summarize_run, verdict
 
 _X, _Y = load_digits(return_X_y=True)
 X = torch.tensor(_X, dtype=torch.float32) / 16.0
@@ -423,6 +423,8 @@ def test_a_nan_in_a_recurrent_input_is_a_data_problem(cell: type[nn.Module]) -> 
             (method, top)
         assert top.confidence >= 0.5 and top.origin_step == 70, (method, top)
         assert top.origin_layer == "rnn", (method, top)
+    # and the run's summary says the first non-finite output was the recurrent layer's
+    assert summarize_run(dbg.trace).first_nonfinite.module == "rnn"
 
 
 def test_a_nan_batch_between_recorded_steps_is_not_blamed_on_the_rate() -> None:

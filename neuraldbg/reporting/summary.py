@@ -120,8 +120,12 @@ def _first_module_nonfinite(trace: Trace) -> NonFinite | None:
         return None
     # (a step the optimizer skipped has overflowed gradients by design: a GradScaler's)
     steps, names, t = wide_stats(without_skipped_gradients(trace),
-                                 ("act_nan", "act_inf", "out_grad_norm"))
-    out_bad = (np.nan_to_num(t["act_nan"]) > 0) | (np.nan_to_num(t["act_inf"]) > 0)
+                                 ("act_nan", "act_inf", "act_max_abs", "calls",
+                                  "out_grad_norm"))
+    # NaN/Inf are counted on a sample; the largest value is over every element, so a NaN
+    # there is one the sample missed (as neuraldbg.states reads it)
+    out_bad = ((np.nan_to_num(t["act_nan"]) > 0) | (np.nan_to_num(t["act_inf"]) > 0)
+               | ((np.nan_to_num(t["calls"]) > 0) & ~np.isfinite(t["act_max_abs"])))
     grad = t["out_grad_norm"]
     grad_bad = np.isinf(grad)  # NaN there also means "not measured"
     best: NonFinite | None = None
@@ -132,7 +136,9 @@ def _first_module_nonfinite(trace: Trace) -> NonFinite | None:
         r = int(rows[0])
         c = int(np.flatnonzero(mask[r])[0])
         if what == "output":
-            value = "nan" if np.nan_to_num(t["act_nan"][r, c]) > 0 else "inf"
+            value = "nan" if np.nan_to_num(t["act_nan"][r, c]) > 0 else (
+                "inf" if np.nan_to_num(t["act_inf"][r, c]) > 0
+                or np.isposinf(t["act_max_abs"][r, c]) else "nan")
         else:
             value = "inf"
         cand = NonFinite(int(steps[r]), f"{what} of {names[c]}", value, str(names[c]))
