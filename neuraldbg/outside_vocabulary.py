@@ -18,7 +18,10 @@ a weight decay or an L2 penalty far stronger than the data's gradient) leave upd
 that look like a rate too high: the failure is claimed with cause ``unknown`` and the hint.
 So do modules whose gradients no optimizer step applies (:func:`parameters_outside_optimizer`:
 an optimizer built from part of the model), whose gradients pile up as if ``zero_grad()``
-were missing.
+were missing. And a stall claimed behind weighted layers frozen on purpose
+(:func:`frozen_layers_upstream`: ``requires_grad=False`` on the first layers) may be the
+frozen features, which no knob in the vocabulary changes: the stall keeps its type, with
+cause ``unknown`` and a hint that names them.
 
 These are facts of the trace, not any method's opinion, so :func:`neuraldbg.explain` applies
 them to every method's answer.
@@ -39,7 +42,7 @@ __all__ = ["FROZEN_CONFIDENCE", "NO_GRADIENT_HINT", "NO_STEP_HINT", "OTHER_PARAM
            "PINNED_SHARE", "PINNED_TOLERANCE", "COLLAPSE_FACTOR", "frozen_weights",
            "claim_unknown", "gradient_norm_pinned", "weights_collapsed", "batchnorm_off_factor",
            "batchnorm_not_normalising", "batchnorm_hint", "name_cause_unknown",
-           "parameters_outside_optimizer", "cause_outside_vocabulary"]
+           "parameters_outside_optimizer", "frozen_layers_upstream", "cause_outside_vocabulary"]
 
 #: Confidence of the stall claimed for a model whose weights never moved over at least
 #: :data:`MIN_STEPS` steps. Not 1: the parameter norm is a float32 sum, and updates below its
@@ -175,6 +178,11 @@ def weights_collapsed(trace: Trace) -> str | None:
             "gradient makes them: is weight_decay (or the penalty's coefficient) too large?")
 
 
+def _listed(names: list[str]) -> str:
+    """The first four module names, and how many more."""
+    return ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+
+
 def parameters_outside_optimizer(trace: Trace) -> str | None:
     """What to check when some weighted modules get gradients but never move, or ``None``.
 
@@ -206,11 +214,43 @@ def parameters_outside_optimizer(trace: Trace) -> str | None:
             idle.append(name)
     if not idle:
         return None
-    names = ", ".join(idle[:4]) + (f" and {len(idle) - 4} more" if len(idle) > 4 else "")
-    return (f"{names} got gradients but never moved while the optimizer stepped the rest: "
+    return (f"{_listed(idle)} got gradients but never moved while the optimizer stepped the rest: "
             "the optimizer does not hold their parameters (built from part of the model, "
             "e.g. model.fc.parameters(), or before a layer was added); build it from "
             "model.parameters(), or set requires_grad=False on what is frozen on purpose")
+
+
+def frozen_layers_upstream(trace: Trace) -> str | None:
+    """What to check when weighted layers before every trainable one are frozen, or ``None``.
+
+    Frozen: the module has parameters and none of them requires a gradient. Upstream: it
+    runs (``forward_order``; the registration order when no forward was seen) before the
+    first module with trainable parameters. The layers that could learn then only see the
+    frozen layers' features, and a stall may be theirs: an accident (``requires_grad_(False)``
+    left from fine-tuning code), or features that do not carry what the task needs.
+    """
+    mods = trace.modules
+    if not len(mods) or not {"n_params", "n_trainable"} <= set(mods.columns):
+        return None
+    order = mods["forward_order"].to_numpy(dtype=float) if "forward_order" in mods \
+        else np.full(len(mods), -1.0)
+    order = np.where(order >= 0, order, mods["order"].to_numpy(dtype=float) + len(mods))
+    n_params = mods["n_params"].to_numpy(dtype=float)
+    trainable = mods["n_trainable"].to_numpy(dtype=float) > 0
+    if not trainable.any():
+        return None
+    frozen = (n_params > 0) & ~trainable & (order < order[trainable].min())
+    if not frozen.any():
+        return None
+    names = mods.loc[frozen, "module_name"].astype(str).tolist()
+    share = n_params[frozen].sum() / max(n_params.sum(), 1.0)
+    return (f"layers {_listed(names)} ({share:.0%} of the weights) are frozen "
+            "(requires_grad=False) and run before every layer that trains, so those layers "
+            "learn from fixed features: if "
+            "the frozen layers were meant to train, set requires_grad=True and give them to "
+            "the optimizer; if they are frozen on purpose, their features may not carry what "
+            "the task needs (unfreeze the last of them, or use a wider or pretrained "
+            "extractor)")
 
 
 def batchnorm_off_factor(trace: Trace) -> float:
@@ -281,12 +321,16 @@ def cause_outside_vocabulary(trace: Trace, hypotheses: list[Hypothesis]) -> str 
     normalise (:func:`batchnorm_not_normalising`), modules the optimizer does not hold
     (:func:`parameters_outside_optimizer`), or, when the method's top hypothesis
     blames a learning rate too low, a gradient norm a clip pinned at every step
-    (:func:`gradient_norm_pinned`). A model whose weights never moved is
-    :func:`frozen_weights`'s.
+    (:func:`gradient_norm_pinned`), or, when it claims a stall, frozen layers upstream of
+    every trainable one (:func:`frozen_layers_upstream`). A model whose weights never moved
+    is :func:`frozen_weights`'s.
     """
     hint = (weights_collapsed(trace) or batchnorm_not_normalising(trace)
             or parameters_outside_optimizer(trace))
     top = max(hypotheses, key=lambda h: h.confidence, default=None)
     if not hint and top is not None and top.root_cause == "learning_rate_too_low":
         hint = gradient_norm_pinned(trace)  # the clip, not the rate, keeps updates small
+    if not hint and top is not None and top.confidence >= 0.5 \
+            and top.failure_type == "training_plateau":
+        hint = frozen_layers_upstream(trace)
     return hint

@@ -1168,3 +1168,40 @@ def test_a_tiny_bert_at_its_standard_init_is_healthy_though_query_and_key_barely
     for method in ("heuristic", "probabilistic"):
         hyps = ndb.explain(trace, method=method)
         assert not hyps or hyps[0].confidence < 0.5, (method, hyps[:2])
+
+
+def _narrow_mlp(seed: int, *, frozen: int) -> nn.Module:
+    """Three hidden layers of 8 units; the first ``frozen`` modules' weights frozen."""
+    torch.manual_seed(seed)
+    model = nn.Sequential(nn.Linear(64, 8), nn.ReLU(), nn.Linear(8, 8), nn.ReLU(),
+                          nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 10))
+    for module in list(model)[:frozen]:
+        module.requires_grad_(False)
+    return model
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_stall_behind_frozen_first_layers_names_them_not_the_data(seed: int) -> None:
+    """requires_grad_(False) left on the first two layers of a narrow MLP: the loss stays
+    near chance (2.3 -> 2.1-2.3) where the twin reaches 0.6. Both methods named
+    data_problem (0.95 / 0.90) on seed 1 of the probe's loop and the network
+    init_scale_too_small (0.54) on seed 1 of this one: the data is fine, the features are
+    frozen."""
+    model = _narrow_mlp(seed, frozen=4)
+    opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.05,
+                          momentum=0.9)
+    trace = _train(model, opt, F.cross_entropy, Y, steps=300, batch=32)
+    claims = 0
+    for method in ("heuristic", "probabilistic"):
+        claimed = [h for h in ndb.explain(trace, method=method) if h.confidence >= 0.5]
+        assert all(h.root_cause == "unknown" for h in claimed), (method, claimed)
+        if claimed:
+            claims += 1
+            assert "layers 0, 2 (79% of the weights) are frozen" in claimed[0].metadata["hint"]
+    assert claims, "the stall is claimed by at least one method"
+    twin = _narrow_mlp(seed, frozen=0)
+    twin_trace = _train(twin, torch.optim.SGD(twin.parameters(), lr=0.05, momentum=0.9),
+                        F.cross_entropy, Y, steps=300, batch=32)
+    for method in ("heuristic", "probabilistic"):
+        hyps = ndb.explain(twin_trace, method=method)
+        assert not hyps or hyps[0].confidence < 0.5, (method, hyps[0])
