@@ -16,6 +16,7 @@ import pandas as pd
 from causal_models.backend import import_pgmpy, new_network, variable_elimination
 from causal_models.calibration import Calibrator, fit_calibrator
 from causal_models.posterior import joint_posterior
+from causal_models.sensors import stated_evidence
 from causal_models.structure import Structure
 from neuraldbg.knobs import KNOBS
 from neuraldbg.records import HEALTHY
@@ -179,7 +180,8 @@ def fit_out_of_family_calibrator(
         sub = _network_from_codes(structure, {n: c[~test] for n, c in codes.items()},
                                   weights[~test])
         scored = test & target
-        evidence = data[scored][structure.observed_nodes()].to_dict("records")
+        evidence = [stated_evidence(row, structure.observed_nodes())
+                    for row in data[scored][structure.observed_nodes()].to_dict("records")]
         if evidence:
             engine = variable_elimination(sub)
             probs[scored] = np.stack([joint_posterior(engine, ev, classes, root_causes)

@@ -24,6 +24,7 @@ import numpy as np
 from causal_models.fitted import FittedModel, check_is_fitted
 from causal_models.origin import locate_origin
 from causal_models.posterior import joint_posterior
+from causal_models.sensors import stated_evidence
 from causal_models.structure import NO_CAUSE
 from neuraldbg.records import HEALTHY, Hypothesis
 from neuraldbg.trace import Trace
@@ -212,7 +213,7 @@ def explain(model: FittedModel, trace: Trace) -> list[Hypothesis]:
     """
     check_is_fitted(model)
     disc = model.observe(trace)
-    evidence = {n: disc.states[n] for n in model.structure_.observed_nodes()}
+    evidence = stated_evidence(disc.states, model.structure_.observed_nodes())
     raw = joint_posterior(model.inference(), evidence, model.classes_, model.root_causes_)
     joint = model.calibrate_joint(raw[None])[0]
     marginal = joint.sum(axis=1)

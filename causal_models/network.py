@@ -46,7 +46,7 @@ from causal_models.observation import observe
 from causal_models.placement import fit_placement
 from causal_models.posterior import calibrate_joint, joint_posterior
 from causal_models.registry import code_bug_failure_types, list_failure_modes, list_root_causes
-from causal_models.sensors import UNSTATED
+from causal_models.sensors import stated_evidence
 from causal_models.structure import (
     Structure,
     build_structure,
@@ -311,8 +311,7 @@ class ProbabilisticReasoner:
         """
         check_is_fitted(self)
         states = self.observe(trace).states
-        return {n: states[n] for n in self.structure_.observed_nodes()
-                if n in states and states[n] != UNSTATED.get(n)}
+        return stated_evidence(states, self.structure_.observed_nodes())
 
     def joint_posterior(self, trace: Trace) -> pd.DataFrame:
         """Calibrated P(failure_type, root_cause | trace) as a DataFrame (rows failure types).

@@ -36,7 +36,8 @@ from causal_models.priors import NO_CAUSE, PRIOR_SHAPE, NodeTables, normalised
 from causal_models.registry import CauseFragment, FailureMode
 from neuraldbg.records import HEALTHY
 
-__all__ = ["KNOB_EVIDENCE", "RUN_EVIDENCE", "CAUSE_EVIDENCE", "UNSTATED", "check_signs",
+__all__ = ["KNOB_EVIDENCE", "RUN_EVIDENCE", "CAUSE_EVIDENCE", "UNSTATED", "stated_evidence",
+           "check_signs",
            "add_knob_evidence", "add_run_evidence", "add_cause_evidence", "add_rule_nodes"]
 
 #: Knob evidence: node -> (parent, states, {parent state: {state: weight}}).
@@ -77,6 +78,15 @@ KNOB_EVIDENCE: dict[str, tuple[str, tuple[str, ...], dict[str, dict[str, float]]
 #: inputs against the usual level.
 UNSTATED: dict[str, str] = {"lr_config": "unknown", "init_config": "unknown",
                             "input_config": "unknown", "weight_rows": "unknown"}
+
+
+def stated_evidence(states: Mapping[str, Any], nodes: list[str]) -> dict[str, Any]:
+    """The states of ``nodes`` to observe: those present, less the sensors that read nothing.
+
+    Every query of the network (explain, what_if, the calibration's held-out scores) reads
+    its evidence through this, so a run without a config is judged alike everywhere.
+    """
+    return {n: states[n] for n in nodes if n in states and states[n] != UNSTATED.get(n)}
 #: Run-level evidence on the failure (children of ``failure_type``; a cause's ``signs`` may
 #: add its fault as a parent).
 RUN_EVIDENCE: dict[str, tuple[str, ...]] = {

@@ -125,6 +125,11 @@ def test_a_run_without_a_config_reads_its_rate_from_the_optimizer_and_leaves_the
     assert observe_knobs(hot)["lr_config"] == "high"
     knobs = observe_knobs(fine)
     assert knobs["init_config"] == "unknown" and knobs["input_config"] == "unknown"
-    evidence = causal_models.load_default_model().evidence(fine)
+    model = causal_models.load_default_model()
+    evidence = model.evidence(fine)
     assert evidence["lr_config"] == "typical"
     assert "init_config" not in evidence and "input_config" not in evidence
+    # explain reads the same evidence (it observed "unknown" while evidence() left it out)
+    for trace in (fine, hot):
+        hyps = model.explain(trace)
+        assert hyps and all(h.metadata["evidence"] == model.evidence(trace) for h in hyps)
