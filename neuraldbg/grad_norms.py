@@ -47,11 +47,18 @@ class OutputGradNorms:
         self.modules = []
 
     def add(self, module: int, grad: torch.Tensor) -> None:
-        """Write ``||grad||`` (float32, no graph: ``grad`` must not require grad)."""
+        """Write ``||grad||`` (float32, no graph: ``grad`` must not require grad).
+
+        A float64 gradient's norm is taken in float64 and stored as float32 (a norm above
+        float32's range is stored as ``inf``).
+        """
         k = len(self.modules)
         if k >= len(self._slots):
             self._grow(k + 1)
-        torch.linalg.vector_norm(grad, dtype=torch.float32, out=self._slots[k])
+        if grad.dtype == torch.float64:  # (a float32 result may not narrow a double's norm)
+            self._slots[k].copy_(torch.linalg.vector_norm(grad))
+        else:
+            torch.linalg.vector_norm(grad, dtype=torch.float32, out=self._slots[k])
         self.modules.append(module)
 
     def _grow(self, need: int) -> None:

@@ -70,8 +70,12 @@ def block_sample(numel: int, per_row: int, sample_size: int) -> tuple[int, int, 
 def _norms(tensors: list[torch.Tensor]) -> tuple[torch.Tensor, ...]:
     """The 2-norm of each tensor, accumulated and returned in float32 whatever its dtype.
 
-    The norm of a bfloat16 tensor taken in bfloat16 is off by about 1e-3.
+    The norm of a bfloat16 tensor taken in bfloat16 is off by about 1e-3. A float64 tensor's
+    norm is taken in float64 (PyTorch refuses a float32 result for it) and then made float32.
     """
+    if any(t.dtype == torch.float64 for t in tensors):  # (a model.double(): rare, slower)
+        return tuple(torch.linalg.vector_norm(t).float() if t.dtype == torch.float64 else
+                     torch.linalg.vector_norm(t, dtype=torch.float32) for t in tensors)
     return torch._foreach_norm(tensors, 2, dtype=torch.float32)
 
 

@@ -434,13 +434,15 @@ def test_attention_parameters_all_belong_to_a_row_and_self_attn_is_observed():
     assert np.isfinite(trace.stats[cols[3:]].dropna(how="all").to_numpy()).any()
 
 
-def test_bfloat16_parameters_get_float32_norms():
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float64])
+def test_bfloat16_and_float64_parameters_get_float32_norms(dtype: torch.dtype):
     """Norms of bfloat16 gradients and weights are accumulated in float32 (taken in bfloat16
-    they were off by about 1e-3)."""
+    they were off by about 1e-3); a model.double() trains under the capture (the float32
+    norm of a float64 gradient raised inside loss.backward(), killing the run)."""
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(64, 60), nn.ReLU(), nn.Linear(60, 8)).to(torch.bfloat16)
+    model = nn.Sequential(nn.Linear(64, 60), nn.ReLU(), nn.Linear(60, 8)).to(dtype)
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
-    x, y = torch.randn(32, 64, dtype=torch.bfloat16), torch.randint(0, 8, (32,))
+    x, y = torch.randn(32, 64, dtype=dtype), torch.randint(0, 8, (32,))
     grads, params = [], []
     with ndb.NeuralDbg(model, optimizer=opt) as dbg:
         for _ in range(4):
@@ -455,6 +457,8 @@ def test_bfloat16_parameters_get_float32_norms():
             dbg.step(loss)
     np.testing.assert_allclose(dbg.trace.steps["grad_norm"], grads, rtol=1e-5)
     np.testing.assert_allclose(dbg.trace.steps["param_norm"], params, rtol=1e-5)
+    stats = dbg.trace.stats
+    assert np.isfinite(stats["out_grad_norm"]).all() and np.isfinite(stats["act_mean"]).all()
 
 
 class _Spectrum(nn.Module):
