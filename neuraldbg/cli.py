@@ -166,7 +166,9 @@ def _cmd_show(trace: Trace, args: argparse.Namespace) -> None:
         ("non-finite  " + (f"first {nf.value} in the {nf.where} at step {nf.step}" if nf
                            else "none (every loss, gradient and output finite"
                            + (f"; the gradients of the {s.n_skipped} skipped steps left out"
-                              if s.n_skipped else "") + ")")),
+                              if s.n_skipped else "")
+                           + (f"; the infinities {', '.join(s.masking_modules)} output at every "
+                              "step read as a mask" if s.masking_modules else "") + ")")),
     ]
     if s.first_nonfinite_loss and s.first_nonfinite_loss != nf:
         lines.append(f"            loss non-finite from step {s.first_nonfinite_loss.step}")

@@ -38,7 +38,8 @@ from neuraldbg.thresholds import ThresholdConfig
 from neuraldbg.trace import Trace
 
 __all__ = ["MIN_STEPS", "HEDGED_CONFIDENCE", "TAIL_SHARE", "TREND_MIN_POINTS", "TREND_ALPHA",
-           "usable_trace", "without_skipped_gradients", "loss_above_floor", "thin_evidence",
+           "usable_trace", "without_skipped_gradients", "loss_above_floor",
+           "without_masking_infinities", "thin_evidence",
            "learned_the_training_data", "LEARNED_DROP", "LEARNED_LOSS", "loss_ends",
            "LOSS_WINDOW_MAX", "SIGNED_LOSS_MARGIN", "SKIPPED_GRADIENT_COLUMNS",
            "still_improving",
@@ -64,7 +65,9 @@ def usable_trace(trace: Trace) -> Trace:
     """The trace without the steps that did not finish (``complete`` is False).
 
     Also without the batches the training loop threw away, and with the gradients of the
-    steps no optimizer took left out (:func:`without_skipped_gradients`).
+    steps no optimizer took left out (:func:`without_skipped_gradients`); a loss below zero
+    is measured from its floor (:func:`loss_above_floor`), and the outputs of modules that
+    mask with infinities are not read (:func:`without_masking_infinities`).
 
     Raises
     ------
@@ -84,6 +87,7 @@ def usable_trace(trace: Trace) -> Trace:
                           meta={**trace.meta, "incomplete_steps_left_out":
                                 [int(s) for s in steps.loc[~done, "step"]]})
     trace = loss_above_floor(trace)
+    trace = without_masking_infinities(trace)
     if len(trace.steps) == 0 or len(trace.stats) == 0:
         if len(steps) and "loss" in steps and steps["loss"].isna().all():
             raise ValueError(
@@ -97,6 +101,43 @@ def usable_trace(trace: Trace) -> Trace:
             "one full training step (forward, backward, optimizer.step()) inside `with dbg:` "
             "before explaining.")
     return trace
+
+
+#: Activation statistics of a module that masks with infinities: not read (NaN, or 0 counts).
+_MASK_UNREAD = {"act_mean": np.nan, "act_std": np.nan, "act_max_abs": np.nan,
+                "act_frac_zero": np.nan, "act_frac_dead": np.nan, "act_frac_saturated": np.nan,
+                "act_nan": 0, "act_inf": 0, "calls": 0}
+
+
+def without_masking_infinities(trace: Trace) -> Trace:
+    """The trace with the outputs of modules that mask with infinities left unread.
+
+    Masked logits (``logits.masked_fill(~allowed, float("-inf"))`` in a module, an action
+    mask, a ``LogSoftmax`` over them) hold infinities at every step by design, while the loss
+    stays finite. A module whose output held infinities and no NaN at every recorded step
+    that called it (two or more), in a run whose loss is finite at every step, is such a
+    mask: its activation statistics are left unread (``calls`` 0, as a module not called),
+    so no method reads them as values that overflowed; ``meta["masking_modules"]`` names
+    them. An overflow that comes with training shows in some steps and not the first ones.
+    """
+    stats, steps = trace.stats, trace.steps
+    if not len(stats) or not {"act_inf", "act_nan", "calls"} <= set(stats.columns) \
+            or not np.isfinite(steps["loss"].to_numpy(dtype=float)).all():
+        return trace
+    called = stats.loc[np.nan_to_num(stats["calls"].to_numpy(dtype=float)) > 0]
+    masks = called.groupby("module_name", sort=False).apply(
+        lambda rows: len(rows) >= 2 and bool((rows["act_inf"] > 0).all())
+        and bool((rows["act_nan"] == 0).all()), include_groups=False)
+    names = [str(n) for n, is_mask in masks.items() if is_mask]
+    if not names:
+        return trace
+    stats = stats.copy()
+    rows = stats["module_name"].isin(names)
+    for column, value in _MASK_UNREAD.items():
+        if column in stats:
+            stats.loc[rows, column] = value
+    return Trace(steps=steps, stats=stats, modules=trace.modules,
+                 meta={**trace.meta, "masking_modules": names})
 
 
 #: A loss that goes below zero has no floor at zero to measure its fall against: it is

@@ -9,6 +9,7 @@ loss is exactly zero.
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 from sklearn.datasets import make_blobs, make_classification
 from torch import nn
@@ -182,3 +183,64 @@ def test_a_hand_written_loss_at_log_zero_is_no_learning_rate_problem():
     assert np.isfinite(fixed.steps["loss"]).all()
     for method in ("heuristic", "probabilistic"):
         assert all(h.confidence < 0.5 for h in ndb.explain(fixed, method=method)), method
+
+
+class _MaskedLogits(nn.Module):
+    """Logits of the classes a sample does not allow set to -inf (an action mask)."""
+
+    def forward(self, logits: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
+        return logits.masked_fill(~allowed, float("-inf"))
+
+
+class _MaskedClassifier(nn.Module):
+    def __init__(self, log_softmax: bool) -> None:
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(20, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU())
+        self.fc = nn.Linear(64, 10)
+        self.mask = _MaskedLogits()
+        self.out = nn.LogSoftmax(dim=-1) if log_softmax else nn.Identity()
+
+    def forward(self, x: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
+        return self.out(self.mask(self.fc(self.body(x)), allowed))
+
+
+def _masked_run(log_softmax: bool, every: int, seed: int) -> ndb.Trace:
+    """10 classes from a random tanh teacher; each sample allows its class and ~40% of the
+    others."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(4096, 20, generator=g)
+    teacher = torch.tanh(x @ torch.randn(20, 32, generator=g) / 2.2) @ torch.randn(32, 10,
+                                                                                   generator=g)
+    y = teacher.argmax(1)
+    allowed = torch.rand(len(x), 10, generator=g) < 0.4
+    allowed[torch.arange(len(x)), y] = True
+    torch.manual_seed(seed)
+    model = _MaskedClassifier(log_softmax)
+    opt = torch.optim.Adam(model.parameters(), lr=2e-3)
+    loss_fn = nn.NLLLoss() if log_softmax else nn.CrossEntropyLoss()
+    with ndb.NeuralDbg(model, optimizer=opt, every=every) as dbg:
+        for _ in range(200):
+            idx = torch.randint(0, len(x), (64,), generator=g)
+            opt.zero_grad()
+            loss = loss_fn(model(x[idx], allowed[idx]), y[idx])
+            loss.backward()
+            opt.step()
+            dbg.step(loss)
+    return dbg.trace
+
+
+@pytest.mark.parametrize(("log_softmax", "every", "seed"),
+                         [(False, 1, 0), (False, 1, 1), (True, 1, 0), (False, 16, 0)])
+def test_logits_masked_with_minus_infinity_are_no_divergence(log_softmax: bool, every: int,
+                                                             seed: int):
+    """A module that masks logits with -inf (an action mask, a LogSoftmax over masked
+    logits) outputs infinities at every step by design while the loss falls and stays
+    finite: the heuristic said loss_divergence (0.50, "the first non-finite value was the
+    output of mask") and the network dead_neurons (0.51) on a helper's healthy runs."""
+    trace = _masked_run(log_softmax, every, seed)
+    loss = trace.steps["loss"].to_numpy()
+    assert np.isfinite(loss).all() and loss[-10:].mean() < 0.5 * loss[:5].mean()
+    assert (trace.stats.loc[trace.stats["module_name"] == "mask", "act_inf"] > 0).all()
+    for method in ("heuristic", "probabilistic"):
+        hyps = ndb.explain(trace, method=method)
+        assert not hyps or hyps[0].confidence < 0.5, (method, hyps[0])

@@ -13,7 +13,11 @@ from typing import Any
 import numpy as np
 
 from neuraldbg.stat_tables import wide_stats
-from neuraldbg.sufficiency import loss_ends, without_skipped_gradients
+from neuraldbg.sufficiency import (
+    loss_ends,
+    without_masking_infinities,
+    without_skipped_gradients,
+)
 from neuraldbg.trace import Trace
 
 __all__ = ["NonFinite", "RunSummary", "summarize_run", "module_types", "layer_label"]
@@ -71,6 +75,10 @@ class RunSummary:
         ``(module_name, module_type)`` in forward order.
     config : dict
         The run config stored with the trace.
+    masking_modules : tuple of str
+        Modules whose output held infinities at every recorded step while the loss stayed
+        finite: masks (:func:`neuraldbg.sufficiency.without_masking_infinities`), not counted
+        in ``first_nonfinite``.
     """
 
     n_steps: int
@@ -88,6 +96,7 @@ class RunSummary:
     first_nonfinite_loss: NonFinite | None
     layers: tuple[tuple[str, str], ...]
     config: dict[str, Any] = field(default_factory=dict)
+    masking_modules: tuple[str, ...] = ()
 
 
 def module_types(trace: Trace) -> dict[str, str]:
@@ -118,8 +127,9 @@ def _value_name(v: float) -> str:
 def _first_module_nonfinite(trace: Trace) -> NonFinite | None:
     if len(trace.stats) == 0:
         return None
-    # (a step the optimizer skipped has overflowed gradients by design: a GradScaler's)
-    steps, names, t = wide_stats(without_skipped_gradients(trace),
+    # (a step the optimizer skipped has overflowed gradients by design: a GradScaler's, and
+    # a module that masks with -inf outputs infinities by design)
+    steps, names, t = wide_stats(without_masking_infinities(without_skipped_gradients(trace)),
                                  ("act_nan", "act_inf", "act_max_abs", "calls",
                                   "out_grad_norm"))
     # NaN/Inf are counted on a sample; the largest value is over every element, so a NaN
@@ -203,4 +213,5 @@ def summarize_run(trace: Trace) -> RunSummary:
         status=str(trace.meta.get("status", "unknown")), loss_first=first, loss_last=last,
         loss_peak=peak, loss_peak_step=peak_step, loss_min=low, loss_min_step=low_step,
         first_nonfinite=first_bad, first_nonfinite_loss=bad_loss, layers=layers,
-        config=dict(trace.meta.get("config") or {}))
+        config=dict(trace.meta.get("config") or {}),
+        masking_modules=tuple(without_masking_infinities(trace).meta.get("masking_modules", ())))
