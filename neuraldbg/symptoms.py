@@ -349,12 +349,41 @@ def _floor_plateau(run: _Run) -> Symptom | None:
                           "improvement": run.dyn.improvement})
 
 
+def _flat_before_the_first_cut(lr: np.ndarray, loss: np.ndarray, edge: int,
+                               improvement: float, floor: float) -> bool:
+    """Whether the loss had stopped improving before the rate was first cut (halved).
+
+    ``lr`` and ``loss`` are the steps' columns. Over the last ``2 * edge`` finite losses
+    before the first step whose rate is under half the largest so far, the later half
+    improved on the earlier one by less than ``improvement``. ``ReduceLROnPlateau`` cuts
+    the rate because the loss stalled (a run at its label-noise floor, cut again and
+    again): the stall came first. A ``StepLR`` stepped per batch cuts it early, while the
+    loss still falls, or before ``2 * edge`` steps.
+    """
+    known = np.isfinite(lr) & (lr > 0)
+    if not known.any():
+        return False
+    peak = np.fmax.accumulate(np.where(known, lr, np.nan))
+    with np.errstate(invalid="ignore"):
+        cut = np.flatnonzero(known & (lr < 0.5 * peak))
+    if not len(cut):
+        return False
+    loss = loss[:cut[0]]
+    loss = loss[np.isfinite(loss)]
+    if len(loss) < 2 * edge:
+        return False
+    before, last = float(np.median(loss[-2 * edge:-edge])), float(np.median(loss[-edge:]))
+    return (before - last) / max(abs(before), floor) < improvement
+
+
 def _collapse_plateau(run: _Run) -> Symptom | None:
     """A loss that stopped improving once the learning rate collapsed to ~0.
 
     The run as a whole improved (so it is not a stall from the start), but from the step
     the rate fell below ``lr_collapse`` of its peak, for at least ``lr_collapse_share`` of
     the run, the loss moved by less than ``plateau_improvement``: training ended there.
+    Not when the loss had already stalled before the rate was first cut
+    (:func:`_flat_before_the_first_cut`: the cuts followed the stall).
     """
     dyn, cfg, w = run.dyn, run.states.config, run.w
     start = dyn.lr_collapse_step
@@ -371,6 +400,11 @@ def _collapse_plateau(run: _Run) -> Symptom | None:
     first, last = float(np.median(loss[:edge])), float(np.median(loss[-edge:]))
     imp = (first - last) / max(abs(first), w.level_floor)
     if imp >= cfg.plateau_improvement or first < cfg.lr_collapse_level * abs(dyn.baseline):
+        return None
+    whole = max(3, int(round(cfg.plateau_window * len(steps))))
+    if _flat_before_the_first_cut(steps["lr"].to_numpy(dtype=float),
+                                  steps["loss"].to_numpy(dtype=float), whole,
+                                  cfg.plateau_improvement, w.level_floor):
         return None
     strength = w.plateau_strength_floor + w.plateau_strength_gain * float(np.clip(
         (cfg.plateau_improvement - imp) / cfg.plateau_improvement, 0.0, 1.0))

@@ -801,6 +801,37 @@ def test_a_rate_that_decays_once_the_run_has_converged_is_healthy(schedule: str)
     _assert_healthy(trace)
 
 
+def test_reduce_on_plateau_cutting_a_run_at_its_noise_floor_is_no_rate_too_low() -> None:
+    """30% of the labels replaced at random: the loss settles near 1.3 by step ~100, and
+    ReduceLROnPlateau (factor 0.1, patience 2, stepped every 10 steps) cuts the rate to
+    1e-6 of its start. The cuts followed the stall; both methods named
+    learning_rate_too_low (1.00 / 0.83), as a helper's probe found on the same schedule."""
+    g = torch.Generator().manual_seed(3)
+    noisy = Y.clone()
+    flip = torch.rand(len(noisy), generator=g) < 0.3
+    noisy[flip] = torch.randint(0, 10, (int(flip.sum()),), generator=g)
+    model = _mlp()
+    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    sched = torch.optim.lr_scheduler.ReduceLROnPlateau(opt, factor=0.1, patience=2)
+    recent: list[float] = []
+    with ndb.NeuralDbg(model, optimizer=opt) as dbg:
+        for step in range(300):
+            idx = torch.randint(0, len(X), (64,), generator=g)
+            opt.zero_grad()
+            loss = F.cross_entropy(model(X[idx]), noisy[idx])
+            loss.backward()
+            opt.step()
+            dbg.step(loss)
+            recent.append(float(loss.detach()))
+            if step % 10 == 9:
+                sched.step(sum(recent[-10:]) / 10)
+    lr = dbg.trace.steps["lr"].to_numpy()
+    assert lr[-1] < 1e-3 * lr[0]  # the rate collapsed, as the collapse rule reads it
+    for method in ("heuristic", "probabilistic"):
+        hyps = ndb.explain(dbg.trace, method=method)
+        assert not hyps or hyps[0].confidence < 0.5, (method, hyps[0])
+
+
 def test_a_model_re_created_after_its_optimizer_is_not_read_as_gradients_never_reset() -> None:
     """The optimizer holds the first model's parameters; the loop trains the second one.
 
