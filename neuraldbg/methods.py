@@ -55,6 +55,7 @@ from neuraldbg.registry_base import Registry
 from neuraldbg.run_facts import RunFacts, gather_facts
 from neuraldbg.states import StateTable, classify_states
 from neuraldbg.sufficiency import (
+    confident_output,
     hedge,
     hedge_failure,
     improved_past_a_stall,
@@ -459,6 +460,11 @@ def explain(trace: Trace | str | os.PathLike[str], method: str | DiagnosisMethod
         why = _unclaimable_plateau(usable, lambda: hypotheses)
         if why:
             return hedge_failure(hypotheses, "training_plateau", why)
+    if any(h.failure_type == "saturated_activations" and h.confidence >= 0.5
+           for h in hypotheses):
+        why = confident_output(usable)
+        if why:
+            return hedge_failure(hypotheses, "saturated_activations", why)
     return hypotheses
 
 

@@ -44,7 +44,8 @@ __all__ = ["MIN_STEPS", "HEDGED_CONFIDENCE", "TAIL_SHARE", "TREND_MIN_POINTS", "
            "LOSS_WINDOW_MAX", "SIGNED_LOSS_MARGIN", "SKIPPED_GRADIENT_COLUMNS",
            "still_improving",
            "adversarial_loss", "too_short_to_stall", "improved_past_a_stall",
-           "plateau_unclaimable", "hedge", "hedge_failure"]
+           "plateau_unclaimable", "confident_output", "CONFIDENT_OUTPUT_DROP", "hedge",
+           "hedge_failure"]
 
 #: Fewest finished steps for a confident verdict. The State Classifier compares each layer
 #: with its own early baseline (its first recorded steps) and the loss dynamics fit a trend:
@@ -261,6 +262,51 @@ def learned_the_training_data(trace: Trace) -> str | None:
     return (f"the loss fell from {first:.3g} to {last:.3g} and stayed there: the run learned "
             "its training data, and no failure stalls or blows up a loss that reached the "
             "bottom")
+
+
+#: A loss that ended at or below this share of its start learned enough that an output
+#: layer which saturates is predicting with confidence, not stuck (see
+#: :func:`confident_output`).
+CONFIDENT_OUTPUT_DROP = 0.25
+#: Activation families whose output layer saturates when its predictions are confident.
+_SQUASHING_OUTPUTS = ("sigmoid", "softmax")
+
+
+def confident_output(trace: Trace, config: ThresholdConfig | None = None) -> str | None:
+    """Why saturated activations may not be claimed on this run, or ``None``.
+
+    The last module in forward order is a sigmoid or softmax, no other module's outputs
+    are saturated on average (above ``sat_frac``), and the loss is finite and ended at
+    :data:`CONFIDENT_OUTPUT_DROP` of its start or below (:func:`loss_ends`). An output layer
+    that saturates while the loss falls that far is predicting with confidence: a
+    ``Sigmoid`` under ``BCELoss`` on targets that are mostly 0 (multi-label tags,
+    segmentation masks, sparse images) is near 0 for most of them by design. The twin with
+    ``BCEWithLogitsLoss`` has no such layer and raised nothing; the causal model said
+    saturated activations at 0.68-0.87 on a helper's healthy runs.
+    """
+    cfg = config or ThresholdConfig()
+    mods, stats = trace.modules, trace.stats
+    names = trace.module_names if len(mods) else []
+    if not names or not len(stats) or "act_frac_saturated" not in stats:
+        return None
+    family = mods.set_index("module_name")["activation_family"].astype(str)
+    output = names[-1]
+    if family.get(output) not in _SQUASHING_OUTPUTS:
+        return None
+    loss = trace.steps["loss"].to_numpy(dtype=float)
+    if len(loss) < MIN_STEPS or not np.isfinite(loss).all():
+        return None
+    first, last = loss_ends(loss)
+    if not (first > 0 and last <= CONFIDENT_OUTPUT_DROP * first):
+        return None
+    share = stats.groupby("module_name")["act_frac_saturated"].mean()
+    hidden = share.drop(index=output, errors="ignore")
+    if (hidden.fillna(0.0) > cfg.sat_frac).any():
+        return None
+    return (f"only the output layer {output} ({family[output]}) saturates, and the loss fell "
+            f"from {first:.3g} to {last:.3g}: an output that saturates while the loss falls is "
+            "a confident prediction (a sigmoid under BCELoss on mostly-zero targets), not a "
+            "failure")
 
 
 def thin_evidence(trace: Trace) -> str | None:
