@@ -536,12 +536,16 @@ def export_mermaid_causal_graph(trace: Trace | str | os.PathLike[str]) -> str:
     return graph_to_mermaid(causal_graph(trace))
 
 
-def _reads_a_plateau(answer: Any) -> bool:
-    """Whether a counterfactual answer reads the run as it happened as a training plateau."""
+def _factual_reading(answer: Any) -> str | None:
+    """The failure type a counterfactual answer reads the run as it happened as, or None.
+
+    ``None`` when it reads it healthy (``p_failure_factual`` below 0.5).
+    """
     factual = getattr(answer, "p_failure_types_factual", None) or {}
     failing = {k: float(v) for k, v in factual.items() if k != HEALTHY}
-    return (bool(failing) and max(failing, key=lambda k: failing[k]) == "training_plateau"
-            and float(getattr(answer, "p_failure_factual", 0.0)) >= 0.5)
+    if not failing or float(getattr(answer, "p_failure_factual", 0.0)) < 0.5:
+        return None
+    return max(failing, key=lambda k: failing[k])
 
 
 def what_if(trace: Trace | str | os.PathLike[str],
@@ -587,11 +591,14 @@ def what_if(trace: Trace | str | os.PathLike[str],
                          "(it has no what_if); use method='probabilistic'.")
     usable = usable_trace(_as_trace(trace))
     answer = engine.what_if(usable, **knobs)
+    reading = _factual_reading(answer)
     unclaimable = (_unclaimable_plateau(usable, lambda: list(engine.explain(usable)))
-                   if _reads_a_plateau(answer) else None)
+                   if reading == "training_plateau" else None)
     said = {"thin_evidence": thin_evidence(usable) or learned_the_training_data(usable),
             "outside_vocabulary": frozen_weights(usable) or cause_outside_vocabulary(usable, []),
-            "plateau_unclaimable": unclaimable}
+            "plateau_unclaimable": unclaimable,
+            "saturation_unclaimable": (confident_output(usable)
+                                       if reading == "saturated_activations" else None)}
     said = {k: v for k, v in said.items() if v}
     if said and dataclasses.is_dataclass(answer) and isinstance(
             getattr(answer, "metadata", None), dict):

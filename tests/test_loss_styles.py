@@ -281,3 +281,5 @@ def test_a_sigmoid_output_saturating_on_mostly_zero_targets_is_no_failure():
         for method in ("heuristic", "probabilistic"):
             hyps = ndb.explain(trace, method=method)
             assert not hyps or hyps[0].confidence < 0.5, (sigmoid_module, method, hyps[0])
+        cf = ndb.what_if(trace, lr_scale=0.5)  # says why explain disagrees with its factual
+        assert cf.p_failure_factual < 0.5 or "saturation_unclaimable" in cf.metadata

@@ -370,8 +370,9 @@ def what_if_caveat(metadata: Mapping[str, Any]) -> str:
 
     From ``metadata`` as :func:`neuraldbg.what_if` sets it: ``"thin_evidence"``, a trace too
     short for a verdict, ``"outside_vocabulary"``, a bug the trace shows that none of the
-    model's knobs or causes names, and ``"plateau_unclaimable"``, a stall the model reads
-    that :func:`neuraldbg.explain` may not claim.
+    model's knobs or causes names, and ``"plateau_unclaimable"`` or
+    ``"saturation_unclaimable"``, a stall or a saturation the model reads that
+    :func:`neuraldbg.explain` may not claim.
     """
     notes = []
     thin = metadata.get("thin_evidence")
@@ -387,6 +388,11 @@ def what_if_caveat(metadata: Mapping[str, Any]) -> str:
         notes.append(f"Caution: the causal model reads this run as stalled, but {stall}, so "
                      "explain does not call it a plateau: read P(failure) as the model's "
                      "reading, not a verdict.")
+    saturated = metadata.get("saturation_unclaimable")
+    if isinstance(saturated, str) and saturated:
+        notes.append(f"Caution: the causal model reads this run as saturated, but {saturated} "
+                     "(explain does not claim it): read P(failure) as the model's reading, not "
+                     "a verdict.")
     return " ".join(notes)
 
 
