@@ -56,11 +56,13 @@ from neuraldbg.run_facts import RunFacts, gather_facts
 from neuraldbg.states import StateTable, classify_states
 from neuraldbg.sufficiency import (
     confident_output,
+    fell_early_then_settled,
     hedge,
     hedge_failure,
     improved_past_a_stall,
     learned_the_training_data,
     plateau_unclaimable,
+    squashing_output,
     thin_evidence,
     usable_trace,
 )
@@ -492,23 +494,40 @@ def _plateau_claim(hypotheses: list[Hypothesis]) -> Hypothesis | None:
                  if h.failure_type == "training_plateau" and h.confidence >= 0.5), None)
 
 
+#: Causes of a stall that explain a loss which fell and then settled above where it should:
+#: a squashed output under the loss, targets far off scale, a rate that slows the fall.
+FLOOR_CAUSES = ("loss_output_mismatch", "unscaled_targets", "learning_rate_too_low")
+
+
 def _unclaimable_plateau(usable: Trace, hypotheses: Callable[[], list[Hypothesis]]
                          ) -> str | None:
     """Why a training plateau may not be claimed on this run, or ``None``.
 
-    :func:`neuraldbg.sufficiency.plateau_unclaimable`, and for a plateau of unknown cause a
+    :func:`neuraldbg.sufficiency.plateau_unclaimable`; for a plateau of unknown cause a
     loss that fell further than a stall allows
-    (:func:`neuraldbg.sufficiency.improved_past_a_stall`); ``hypotheses`` gives the method's
-    hypotheses, asked for only in that last case.
+    (:func:`neuraldbg.sufficiency.improved_past_a_stall`), or one whose cause does not
+    explain a floor (not one of :data:`FLOOR_CAUSES`, or a loss-output mismatch in a network
+    that does not end in a sigmoid or softmax module: a binary task at its label-noise floor
+    was named ``loss_output_mismatch`` at 0.50 by the causal model); and for a plateau whose
+    cause does not explain a floor a loss that fell early and then settled
+    (:func:`neuraldbg.sufficiency.fell_early_then_settled`). ``hypotheses`` gives the
+    method's hypotheses, asked for only in the last two cases.
     """
     why = plateau_unclaimable(usable)
     if why:
         return why
-    floor = improved_past_a_stall(usable)
-    if floor is None:
+    floor, early = improved_past_a_stall(usable), fell_early_then_settled(usable)
+    if floor is None and early is None:
         return None
     claim = _plateau_claim(hypotheses())
-    return floor if claim is not None and claim.root_cause == "unknown" else None
+    if claim is None:
+        return None
+    # a loss-output mismatch explains a floor only where an output squashes before the loss
+    explained = claim.root_cause in FLOOR_CAUSES and (
+        claim.root_cause != "loss_output_mismatch" or squashing_output(usable))
+    if floor is not None and (claim.root_cause == "unknown" or not explained):
+        return floor
+    return early if not explained else None
 
 
 def get_root_causes(trace: Trace | str | os.PathLike[str],

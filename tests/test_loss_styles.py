@@ -283,3 +283,45 @@ def test_a_sigmoid_output_saturating_on_mostly_zero_targets_is_no_failure():
             assert not hyps or hyps[0].confidence < 0.5, (sigmoid_module, method, hyps[0])
         cf = ndb.what_if(trace, lr_scale=0.5)  # says why explain disagrees with its factual
         assert cf.p_failure_factual < 0.5 or "saturation_unclaimable" in cf.metadata
+
+
+def _noisy_blobs_run(seed: int) -> ndb.Trace:
+    """Three well separated blobs, 30% of the labels redrawn at random: the loss falls to
+    its noise floor (about 0.64) within ~30 of 300 steps and stays there."""
+    x, y = make_blobs(n_samples=4096, centers=3, n_features=10, cluster_std=1.0,
+                      center_box=(-8.0, 8.0), random_state=seed)
+    g = torch.Generator().manual_seed(seed)
+    labels = torch.tensor(y)
+    flip = torch.rand(len(labels), generator=g) < 0.3
+    labels[flip] = torch.randint(0, 3, (int(flip.sum()),), generator=g)
+    xt = torch.tensor((x - x.mean(0)) / x.std(0), dtype=torch.float32)
+    torch.manual_seed(seed)
+    model = nn.Sequential(nn.Linear(10, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(),
+                          nn.Linear(64, 3))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    with ndb.NeuralDbg(model, optimizer=opt) as dbg:
+        for _ in range(STEPS):
+            idx = torch.randint(0, len(xt), (64,), generator=g)
+            opt.zero_grad()
+            loss = nn.functional.cross_entropy(model(xt[idx]), labels[idx])
+            loss.backward()
+            opt.step()
+            dbg.step(loss)
+    return dbg.trace
+
+
+@pytest.mark.parametrize("seed", [0, 4])
+def test_a_loss_that_falls_early_to_its_noise_floor_is_no_plateau(seed: int):
+    """The loss falls from ~0.95 to its label-noise floor (~0.64) within 30 steps and stays:
+    the plateau rule measures from its first tenth of the run, which holds that fall, and
+    read a stall (heuristic 0.75-0.82, causal model 0.91 on these seeds, and on every seed
+    0-7). A small language model reaching its source's entropy by step 40 did the same in
+    a helper's probe."""
+    trace = _noisy_blobs_run(seed)
+    loss = trace.steps["loss"].to_numpy()
+    assert np.median(loss[-30:]) < 0.75 * np.median(loss[:3])
+    for method in ("heuristic", "probabilistic"):
+        hyps = ndb.explain(trace, method=method)
+        assert all(h.confidence < 0.5 for h in hyps), (method, hyps[:2])
+        if hyps:
+            assert "noise" in hyps[0].metadata.get("thin_evidence", ""), hyps[0].metadata
