@@ -523,10 +523,10 @@ def _unclaimable_plateau(usable: Trace, hypotheses: Callable[[], list[Hypothesis
     if claim is None:
         return None
     # a loss-output mismatch explains a floor only where an output squashes before the loss
-    explained = claim.root_cause in FLOOR_CAUSES and (
-        claim.root_cause != "loss_output_mismatch" or squashing_output(usable))
-    if floor is not None and (claim.root_cause == "unknown" or not explained):
+    unsupported = claim.root_cause == "loss_output_mismatch" and not squashing_output(usable)
+    if floor is not None and (claim.root_cause == "unknown" or unsupported):
         return floor
+    explained = claim.root_cause in FLOOR_CAUSES and not unsupported
     return early if not explained else None
 
 

@@ -44,7 +44,7 @@ __all__ = ["MIN_STEPS", "HEDGED_CONFIDENCE", "TAIL_SHARE", "TREND_MIN_POINTS", "
            "LOSS_WINDOW_MAX", "SIGNED_LOSS_MARGIN", "SKIPPED_GRADIENT_COLUMNS",
            "still_improving",
            "adversarial_loss", "too_short_to_stall", "improved_past_a_stall",
-           "fell_early_then_settled",
+           "fell_early_then_settled", "SETTLED_CLIMB",
            "plateau_unclaimable", "squashing_output", "confident_output",
            "CONFIDENT_OUTPUT_DROP", "hedge",
            "hedge_failure"]
@@ -422,13 +422,22 @@ def improved_past_a_stall(trace: Trace, config: ThresholdConfig | None = None) -
             "task's floor")
 
 
+#: Share of its early fall a settled loss may climb back by its last window (minibatch
+#: medians over a tenth of the run move by ~20% of it at a noise floor; a loss driven back up
+#: by gradients that pile up, the zoo's zero_grad_per_epoch, climbs back 47%).
+SETTLED_CLIMB = 0.3
+
+
 def fell_early_then_settled(trace: Trace, config: ThresholdConfig | None = None) -> str | None:
     """Why the run's loss fell and then settled, too far for a stall, or ``None``.
 
     From its start (the median of its first three finite losses) the loss fell by at least
     twice ``plateau_improvement`` by its last window, and by ``plateau_improvement`` already
-    in its second window (windows of ``plateau_window`` of the run): it learned early, then
-    settled at its task's floor (a small language model reaching its source's entropy by
+    in its second window (windows of ``plateau_window`` of the run), and its last window
+    climbed back no more than :data:`SETTLED_CLIMB` of that fall above its lowest window (a
+    loss that rises again, as gradients left to pile up make it, has not settled): it learned
+    early,
+    then settled at its task's floor (a small language model reaching its source's entropy by
     step 40 of 400, a task with noisy labels). The heuristic's plateau rule measures from
     its first window, which that early fall is inside of, so it read such runs as stalls at
     0.57-0.63 (the causal model at 0.77-0.91) on a helper's healthy runs. No zoo stall at
@@ -443,8 +452,10 @@ def fell_early_then_settled(trace: Trace, config: ThresholdConfig | None = None)
         return None
     start, second, end = (float(np.median(loss[:3])), float(np.median(loss[w:2 * w])),
                           float(np.median(loss[-w:])))
+    lowest = min(float(np.median(loss[i:i + w])) for i in range(0, n - w + 1, w))
     if not (start > 0 and (start - end) / start >= 2 * cfg.plateau_improvement
-            and (start - second) / start >= cfg.plateau_improvement):
+            and (start - second) / start >= cfg.plateau_improvement
+            and end - lowest <= SETTLED_CLIMB * (start - lowest)):
         return None
     return (f"the loss fell from {start:.3g} to {second:.3g} within its first {2 * w} steps "
             f"and settled at {end:.3g}: the run learned, then reached its task's floor (label "
