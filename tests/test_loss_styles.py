@@ -78,9 +78,11 @@ def test_a_negative_loss_that_does_not_move_is_still_a_stall():
 
 
 def _train_minibatches(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor,
-                       y: torch.Tensor, loss_fn, *, steps: int, batch: int, n: int) -> ndb.Trace:
-    """Random minibatches of ``batch`` from the first ``n`` examples, one step each."""
-    g = torch.Generator().manual_seed(2)
+                       y: torch.Tensor, loss_fn, *, steps: int, batch: int, n: int,
+                       generator: torch.Generator | None = None) -> ndb.Trace:
+    """Random minibatches of ``batch`` from the first ``n`` examples, one step each (drawn
+    with ``generator``, by default one seeded with 2)."""
+    g = generator if generator is not None else torch.Generator().manual_seed(2)
     with ndb.NeuralDbg(model, optimizer=opt) as dbg:
         for _ in range(steps):
             idx = torch.randint(0, n, (batch,), generator=g)
@@ -257,15 +259,8 @@ def _multilabel_run(seed: int, sigmoid_module: bool) -> ndb.Trace:
     model = nn.Sequential(*layers, *([nn.Sigmoid()] if sigmoid_module else []))
     loss_fn = nn.BCELoss() if sigmoid_module else nn.BCEWithLogitsLoss()
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)
-    with ndb.NeuralDbg(model, optimizer=opt) as dbg:
-        for _ in range(STEPS):
-            idx = torch.randint(0, len(x), (64,), generator=g)
-            opt.zero_grad()
-            loss = loss_fn(model(x[idx]), tags[idx])
-            loss.backward()
-            opt.step()
-            dbg.step(loss)
-    return dbg.trace
+    return _train_minibatches(model, opt, x, tags, loss_fn, steps=STEPS, batch=64, n=len(x),
+                              generator=g)
 
 
 def test_a_sigmoid_output_saturating_on_mostly_zero_targets_is_no_failure():
@@ -299,15 +294,8 @@ def _noisy_blobs_run(seed: int) -> ndb.Trace:
     model = nn.Sequential(nn.Linear(10, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(),
                           nn.Linear(64, 3))
     opt = torch.optim.Adam(model.parameters(), lr=1e-2)
-    with ndb.NeuralDbg(model, optimizer=opt) as dbg:
-        for _ in range(STEPS):
-            idx = torch.randint(0, len(xt), (64,), generator=g)
-            opt.zero_grad()
-            loss = nn.functional.cross_entropy(model(xt[idx]), labels[idx])
-            loss.backward()
-            opt.step()
-            dbg.step(loss)
-    return dbg.trace
+    return _train_minibatches(model, opt, xt, labels, nn.functional.cross_entropy, steps=STEPS,
+                              batch=64, n=len(xt), generator=g)
 
 
 @pytest.mark.parametrize("seed", [0, 4])
