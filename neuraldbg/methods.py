@@ -503,13 +503,13 @@ def _unclaimable_plateau(usable: Trace, hypotheses: Callable[[], list[Hypothesis
                          ) -> str | None:
     """Why a training plateau may not be claimed on this run, or ``None``.
 
-    :func:`neuraldbg.sufficiency.plateau_unclaimable`; for a plateau of unknown cause a
-    loss that fell further than a stall allows
-    (:func:`neuraldbg.sufficiency.improved_past_a_stall`), or one whose cause does not
-    explain a floor (not one of :data:`FLOOR_CAUSES`, or a loss-output mismatch in a network
-    that does not end in a sigmoid or softmax module: a binary task at its label-noise floor
-    was named ``loss_output_mismatch`` at 0.50 by the causal model); and for a plateau whose
-    cause does not explain a floor a loss that fell early and then settled
+    :func:`neuraldbg.sufficiency.plateau_unclaimable`; for a plateau of unknown cause, or
+    of a loss-output mismatch in a network that does not end in a sigmoid or softmax module
+    (a binary task at its label-noise floor was named ``loss_output_mismatch`` at 0.50 by the
+    causal model), a loss that fell further than a stall allows
+    (:func:`neuraldbg.sufficiency.improved_past_a_stall`); and for a plateau whose cause does
+    not explain a floor (not one of :data:`FLOOR_CAUSES`, the mismatch only with a squashing
+    output), a loss that fell early and then settled
     (:func:`neuraldbg.sufficiency.fell_early_then_settled`). ``hypotheses`` gives the
     method's hypotheses, asked for only in the last two cases.
     """
