@@ -19,7 +19,9 @@ the end of the run (:func:`still_improving`), the run has not shown one yet, wha
 looks slow (a short run early in training), and when several optimizers step each step
 (:func:`adversarial_loss`: a GAN's players, whose summed loss stays flat at equilibrium) a
 flat loss is no evidence of one, so plateau hypotheses are kept below 0.5 too
-(:func:`hedge_failure`).
+(:func:`hedge_failure`). Nor is a loss that fell early and settled at its task's floor
+(:func:`fell_early_then_settled`), and an output layer that saturates while the loss falls
+far is a confident prediction, not saturated activations (:func:`confident_output`).
 
 Bugs a trace shows that no cause in the vocabulary names are
 :mod:`neuraldbg.outside_vocabulary`'s.
