@@ -276,12 +276,19 @@ CONFIDENT_OUTPUT_DROP = 0.25
 _SQUASHING_OUTPUTS = ("sigmoid", "softmax")
 
 
+def _output_family(trace: Trace) -> tuple[str, str] | None:
+    """``(name, activation family)`` of the network's last module in forward order."""
+    if not len(trace.modules) or "activation_family" not in trace.modules:
+        return None
+    output = trace.module_names[-1]
+    family = trace.modules.set_index("module_name")["activation_family"].astype(str)
+    return output, str(family.get(output))
+
+
 def squashing_output(trace: Trace) -> bool:
     """Whether the network ends in a sigmoid or softmax module (its last in forward order)."""
-    if not len(trace.modules) or "activation_family" not in trace.modules:
-        return False
-    family = trace.modules.set_index("module_name")["activation_family"].astype(str)
-    return family.get(trace.module_names[-1]) in _SQUASHING_OUTPUTS
+    out = _output_family(trace)
+    return out is not None and out[1] in _SQUASHING_OUTPUTS
 
 
 def confident_output(trace: Trace, config: ThresholdConfig | None = None) -> str | None:
@@ -297,11 +304,11 @@ def confident_output(trace: Trace, config: ThresholdConfig | None = None) -> str
     saturated activations at 0.68-0.87 on a helper's healthy runs.
     """
     cfg = config or ThresholdConfig()
-    stats = trace.stats
-    if not len(stats) or "act_frac_saturated" not in stats or not squashing_output(trace):
+    stats, out = trace.stats, _output_family(trace)
+    if not len(stats) or "act_frac_saturated" not in stats or out is None \
+            or out[1] not in _SQUASHING_OUTPUTS:
         return None
-    family = trace.modules.set_index("module_name")["activation_family"].astype(str)
-    output = trace.module_names[-1]
+    output, family = out
     loss = trace.steps["loss"].to_numpy(dtype=float)
     if len(loss) < MIN_STEPS or not np.isfinite(loss).all():
         return None
@@ -312,7 +319,7 @@ def confident_output(trace: Trace, config: ThresholdConfig | None = None) -> str
     hidden = share.drop(index=output, errors="ignore")
     if (hidden.fillna(0.0) > cfg.sat_frac).any():
         return None
-    return (f"only the output layer {output} ({family[output]}) saturates, and the loss fell "
+    return (f"only the output layer {output} ({family}) saturates, and the loss fell "
             f"from {first:.3g} to {last:.3g}: an output that saturates while the loss falls is "
             "a confident prediction (a sigmoid under BCELoss on mostly-zero targets), not a "
             "failure")
@@ -438,9 +445,8 @@ def fell_early_then_settled(trace: Trace, config: ThresholdConfig | None = None)
     in its second window (windows of ``plateau_window`` of the run), and its last window
     climbed back no more than :data:`SETTLED_CLIMB` of that fall above its lowest window (a
     loss that rises again, as gradients left to pile up make it, has not settled): it learned
-    early,
-    then settled at its task's floor (a small language model reaching its source's entropy by
-    step 40 of 400, a task with noisy labels). The heuristic's plateau rule measures from
+    early, then settled at its task's floor (a small language model reaching its source's
+    entropy by step 40 of 400, a task with noisy labels). The heuristic's plateau rule measures from
     its first window, which that early fall is inside of, so it read such runs as stalls at
     0.57-0.63 (the causal model at 0.77-0.91) on a helper's healthy runs. No zoo stall at
     its default severity falls more than 5% from its start.

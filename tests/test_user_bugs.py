@@ -37,14 +37,17 @@ def _train(model: nn.Module, opt: torch.optim.Optimizer, loss_fn, targets: torch
            backward: bool = True, zero_grad_after_backward: bool = False,
            clip: float | None = None, step: bool = True,
            batches: Iterator[torch.Tensor] | None = None, every: int = 1,
-           batch: int = 64) -> ndb.Trace:
+           batch: int = 64, generator: torch.Generator | None = None,
+           after_step: Callable[[int, torch.Tensor], None] | None = None) -> ndb.Trace:
     """The usual loop; each keyword turns one line of it into a bug users write.
 
-    Minibatches of ``batch`` drawn at random, or the indices ``batches`` yields; module
-    statistics every ``every`` steps."""
-    g = torch.Generator().manual_seed(0)
+    Minibatches of ``batch`` drawn at random (with ``generator``, by default one seeded
+    with 0), or the indices ``batches`` yields; module statistics every ``every`` steps;
+    ``after_step(step, loss)`` runs at the end of each step (a scheduler, a rate set by
+    hand)."""
+    g = generator if generator is not None else torch.Generator().manual_seed(0)
     with ndb.NeuralDbg(model, optimizer=opt, every=every) as dbg:
-        for _ in range(steps):
+        for i in range(steps):
             idx = next(batches) if batches is not None else torch.randint(
                 0, len(inputs), (batch,), generator=g)
             if zero_grad:
@@ -59,6 +62,8 @@ def _train(model: nn.Module, opt: torch.optim.Optimizer, loss_fn, targets: torch
             if step:
                 opt.step()
             dbg.step(loss)
+            if after_step is not None:
+                after_step(i, loss)
     return dbg.trace
 
 
@@ -759,19 +764,13 @@ def test_a_softmax_before_cross_entropy_whose_loss_settles_on_its_floor_is_named
 def _train_scheduled(cut: Callable[[int], float], steps: int = 200) -> ndb.Trace:
     """SGD on the digits with the rate set by ``cut(step)`` (a multiple of 0.1) each step."""
     model = _mlp()
-    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    g = torch.Generator().manual_seed(0)
-    with ndb.NeuralDbg(model, optimizer=opt) as dbg:
-        for step in range(steps):
-            for group in opt.param_groups:
-                group["lr"] = 0.1 * cut(step)
-            idx = torch.randint(0, len(X), (64,), generator=g)
-            opt.zero_grad()
-            loss = F.cross_entropy(model(X[idx]), Y[idx])
-            loss.backward()
-            opt.step()
-            dbg.step(loss)
-    return dbg.trace
+    opt = torch.optim.SGD(model.parameters(), lr=0.1 * cut(0), momentum=0.9)
+
+    def set_rate(step: int, loss: torch.Tensor) -> None:  # for the next step
+        for group in opt.param_groups:
+            group["lr"] = 0.1 * cut(step + 1)
+
+    return _train(model, opt, F.cross_entropy, Y, steps=steps, after_step=set_rate)
 
 
 def test_a_step_schedule_stepped_every_batch_is_a_rate_that_collapsed() -> None:
@@ -814,21 +813,18 @@ def test_reduce_on_plateau_cutting_a_run_at_its_noise_floor_is_no_rate_too_low()
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)
     sched = torch.optim.lr_scheduler.ReduceLROnPlateau(opt, factor=0.1, patience=2)
     recent: list[float] = []
-    with ndb.NeuralDbg(model, optimizer=opt) as dbg:
-        for step in range(300):
-            idx = torch.randint(0, len(X), (64,), generator=g)
-            opt.zero_grad()
-            loss = F.cross_entropy(model(X[idx]), noisy[idx])
-            loss.backward()
-            opt.step()
-            dbg.step(loss)
-            recent.append(float(loss.detach()))
-            if step % 10 == 9:
-                sched.step(sum(recent[-10:]) / 10)
-    lr = dbg.trace.steps["lr"].to_numpy()
+
+    def schedule(step: int, loss: torch.Tensor) -> None:
+        recent.append(float(loss.detach()))
+        if step % 10 == 9:
+            sched.step(sum(recent[-10:]) / 10)
+
+    trace = _train(model, opt, F.cross_entropy, noisy, steps=300, generator=g,
+                   after_step=schedule)
+    lr = trace.steps["lr"].to_numpy()
     assert lr[-1] < 1e-3 * lr[0]  # the rate collapsed, as the collapse rule reads it
     for method in ("heuristic", "probabilistic"):
-        hyps = ndb.explain(dbg.trace, method=method)
+        hyps = ndb.explain(trace, method=method)
         assert not hyps or hyps[0].confidence < 0.5, (method, hyps[0])
 
 

@@ -125,11 +125,14 @@ def _value_name(v: float) -> str:
 
 
 def _first_module_nonfinite(trace: Trace) -> NonFinite | None:
+    """The first non-finite module output or gradient of ``trace``.
+
+    The caller leaves masks unread first (:func:`neuraldbg.sufficiency.without_masking_infinities`).
+    """
     if len(trace.stats) == 0:
         return None
-    # (a step the optimizer skipped has overflowed gradients by design: a GradScaler's, and
-    # a module that masks with -inf outputs infinities by design)
-    steps, names, t = wide_stats(without_masking_infinities(without_skipped_gradients(trace)),
+    # (a step the optimizer skipped has overflowed gradients by design: a GradScaler's)
+    steps, names, t = wide_stats(without_skipped_gradients(trace),
                                  ("act_nan", "act_inf", "act_max_abs", "calls",
                                   "out_grad_norm"))
     # NaN/Inf are counted on a sample; the largest value is over every element, so a NaN
@@ -191,7 +194,9 @@ def summarize_run(trace: Trace) -> RunSummary:
     if len(nonfinite_rows):
         r = int(nonfinite_rows[0])
         bad_loss = NonFinite(int(step_ids[r]), "loss", _value_name(float(loss[r])))
-    candidates = [c for c in (bad_loss, _first_module_nonfinite(trace)) if c is not None]
+    # a module that masks with -inf outputs infinities by design
+    unmasked = without_masking_infinities(trace)
+    candidates = [c for c in (bad_loss, _first_module_nonfinite(unmasked)) if c is not None]
     if len(steps) and "grad_norm" in steps:
         g = steps["grad_norm"].to_numpy(dtype=float)
         # (a step no optimizer took has no gradient norm: a GradScaler skipped it)
@@ -214,4 +219,4 @@ def summarize_run(trace: Trace) -> RunSummary:
         loss_peak=peak, loss_peak_step=peak_step, loss_min=low, loss_min_step=low_step,
         first_nonfinite=first_bad, first_nonfinite_loss=bad_loss, layers=layers,
         config=dict(trace.meta.get("config") or {}),
-        masking_modules=tuple(without_masking_infinities(trace).meta.get("masking_modules", ())))
+        masking_modules=tuple(unmasked.meta.get("masking_modules", ())))
