@@ -4,13 +4,11 @@ Its discretization, its knob and stack observations, and the heuristic reasoner'
 read as a sensor.
 
 Leave-one-family-out evaluation fits many models on the same traces, so the result is cached
-per live trace object and observation settings; entries go when the trace is collected.
+per live trace object and observation settings (:func:`neuraldbg.trace_memo.memoized`);
+entries go when the trace is collected.
 """
 
 from __future__ import annotations
-
-import weakref
-from typing import Any
 
 from causal_models.bins import Bins
 from causal_models.discretize import Discretized, discretize
@@ -23,15 +21,9 @@ from causal_models.evidence import (
 )
 from neuraldbg.methods import heuristic_diagnosis
 from neuraldbg.trace import Trace
+from neuraldbg.trace_memo import memoized
 
 __all__ = ["observe"]
-
-_EVIDENCE_CACHE: dict[tuple[int, tuple[Any, ...]], Discretized] = {}
-
-
-def _forget(key_id: int) -> None:
-    for key in [k for k in _EVIDENCE_CACHE if k[0] == key_id]:
-        del _EVIDENCE_CACHE[key]
 
 
 def observe(trace: Trace, *, n_slices: int, n_blocks: int, bins: Bins | None,
@@ -59,17 +51,10 @@ def observe(trace: Trace, *, n_slices: int, n_blocks: int, bins: Bins | None,
         States, slices, blocks, onset, continuous features, and the first event of each
         failure type the rules' extractor found (a sensor of the onset).
     """
-    settings = (len(trace.steps), len(trace.stats), n_slices if slices else 1, n_blocks,
-                repr(bins), rule_evidence, cause_states)
-    key = (id(trace), settings)
-    cached = _EVIDENCE_CACHE.get(key)
-    if cached is not None:
-        return cached
-    disc = _observe(trace, n_slices, n_blocks, bins, rule_evidence, cause_states, slices)
-    if not any(k[0] == id(trace) for k in _EVIDENCE_CACHE):
-        weakref.finalize(trace, _forget, id(trace))
-    _EVIDENCE_CACHE[key] = disc
-    return disc
+    key = ("observe", n_slices if slices else 1, n_blocks, repr(bins), rule_evidence,
+           cause_states)
+    return memoized(trace, key, lambda: _observe(trace, n_slices, n_blocks, bins,
+                                                 rule_evidence, cause_states, slices))
 
 
 def _observe(trace: Trace, n_slices: int, n_blocks: int, bins: Bins | None,

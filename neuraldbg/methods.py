@@ -69,6 +69,7 @@ from neuraldbg.sufficiency import (
 from neuraldbg.symptoms import Symptom, find_symptoms
 from neuraldbg.thresholds import ThresholdConfig
 from neuraldbg.trace import Trace, load_trace
+from neuraldbg.trace_memo import memoized
 
 __all__ = [
     "DiagnosisMethod",
@@ -308,6 +309,8 @@ def heuristic_diagnosis(trace: Trace | str | os.PathLike[str],
     Returns
     -------
     Diagnosis
+        Kept with the trace object (:func:`neuraldbg.trace_memo.memoized`): asked again
+        for the same trace, the same diagnosis comes back; do not modify it.
 
     Raises
     ------
@@ -315,6 +318,12 @@ def heuristic_diagnosis(trace: Trace | str | os.PathLike[str],
         If the trace holds no step yet.
     """
     trace = _as_trace(trace)
+    return memoized(trace, ("heuristic_diagnosis", config, window),
+                    lambda: _diagnose(trace, config, window))
+
+
+def _diagnose(trace: Trace, config: ThresholdConfig | None, window: int | None) -> Diagnosis:
+    """The heuristic pipeline, stage by stage (see :func:`heuristic_diagnosis`)."""
     if len(trace.steps) == 0 or len(trace.stats) == 0:
         raise ValueError(
             "The trace holds no recorded step yet, so there is nothing to explain. Call "
@@ -377,7 +386,7 @@ class HeuristicReasoner:
 
     def explain(self, trace: Trace | str | os.PathLike[str]) -> list[Hypothesis]:
         """Ranked hypotheses for one trace, highest confidence first."""
-        return self.diagnose(trace).hypotheses
+        return list(self.diagnose(trace).hypotheses)  # (the diagnosis is kept: copy its list)
 
     def predict_proba(self, traces: Iterable[Trace | str | os.PathLike[str]] | Trace
                       ) -> np.ndarray:

@@ -199,8 +199,8 @@ def parameters_outside_optimizer(trace: Trace) -> str | None:
         return None
     weighted = trace.modules.loc[trace.modules["n_trainable"] > 0, "module_name"].astype(str)
     stats = stats[stats["module_name"].astype(str).isin(set(weighted))]
-    moved = stats.groupby("step")["update_ratio"].apply(lambda u: bool(np.isfinite(u).any()))
-    steps = moved.index[moved.to_numpy()]
+    finite = np.isfinite(stats["update_ratio"].to_numpy(dtype=float))
+    steps = np.unique(stats["step"].to_numpy()[finite])  # steps where some module moved
     if len(steps) < MIN_STEPS:
         return None
     at = stats[stats["step"].isin(steps)]

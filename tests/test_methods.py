@@ -132,3 +132,31 @@ def test_a_broken_method_fails_the_benchmark_loudly(monkeypatch, tmp_path):
         runnable_methods(["heuristic", name])
     with pytest.raises(ValueError, match="Unknown diagnosis method 'no_such_method'"):
         runnable_methods(["no_such_method"])
+
+
+def test_a_diagnosis_is_kept_with_its_trace_and_redone_when_its_tables_change():
+    """One explain asks the heuristic diagnosis of a trace more than once (the network reads
+    it as evidence, explain's checks read its facts): it is computed once per trace and kept.
+    A list handed to a caller is the caller's, and a trace whose tables were replaced or
+    grew is diagnosed afresh."""
+    from neuraldbg.methods import heuristic_diagnosis
+
+    trace = make_trace(["Linear"], 25, loss=[1.0] * 25)  # a flat loss: a stall
+    first = heuristic_diagnosis(trace)
+    assert heuristic_diagnosis(trace) is first
+    claimed = get_method("heuristic").explain(trace)
+    assert claimed and claimed[0].failure_type == "training_plateau"
+    claimed.clear()  # the caller's list: the kept diagnosis keeps its hypotheses
+    assert get_method("heuristic").explain(trace)[0].failure_type == "training_plateau"
+
+    trace.steps = trace.steps.assign(loss=np.geomspace(2.0, 0.02, 25))  # a loss that fell
+    fell = heuristic_diagnosis(trace)
+    assert fell is not first
+    assert not any(h.failure_type == "training_plateau" and h.confidence >= 0.5
+                   for h in fell.hypotheses)
+    grown = make_trace(["Linear"], 30, loss=[1.0] * 30)
+    trace.steps, trace.stats = grown.steps, grown.stats
+    assert heuristic_diagnosis(trace) is not fell
+    again = heuristic_diagnosis(trace)
+    trace.meta["config"] = {"grad_clip": 1.0}  # metadata set after the run
+    assert heuristic_diagnosis(trace) is not again
