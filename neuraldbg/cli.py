@@ -13,10 +13,10 @@ import math
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from neuraldbg.knobs import KNOBS
+from neuraldbg.knobs import KNOBS, Knob
 
 if TYPE_CHECKING:  # the commands import the heavy modules lazily, for a fast --help
     from neuraldbg.trace import Trace
@@ -49,14 +49,15 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{message} (see '{self.prog} --help')")
 
 
-def _positive(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"expected a positive finite number, got {text!r}")
-    return value
+def _knob_value(knob: Knob) -> Callable[[str], float]:
+    """The argparse type of a numeric knob: a number its record accepts."""
+    def parse(text: str) -> float:
+        try:
+            return float(knob.validate(float(text)))
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"expected {knob.allowed()}, got {text!r}") from None
+    return parse
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -89,10 +90,9 @@ def build_parser() -> argparse.ArgumentParser:
             g.add_argument(flag, dest=knob.name, choices=knob.choices,
                            help=f"{knob.description}: " + ", ".join(knob.choices))
         else:
-            g.add_argument(flag, dest=knob.name, type=_positive,
+            g.add_argument(flag, dest=knob.name, type=_knob_value(knob),
                            metavar="K" if knob.kind == "multiplier" else "C",
-                           help=knob.description + (" (K > 0)" if knob.kind == "multiplier"
-                                                    else " (C > 0)"))
+                           help=f"{knob.description}: {knob.allowed()}")
     sub.add_parser("graph", help="the causal graph as Mermaid text",
                    description="Print the causal graph of the heuristic diagnosis as Mermaid "
                    "flowchart text (a DAG: an arrow means 'came first and led to').")

@@ -71,7 +71,7 @@ class Knob:
             return f"one of {list(self.choices)}"
         if self.kind == "multiplier":
             return "a positive multiplier (finite; 1.0 leaves the run as it was)"
-        return "a positive threshold (finite)"
+        return "a positive threshold (inf: no clipping)"
 
     def validate(self, value: Any) -> Any:
         """``value`` checked and normalised (a float, or one of ``choices``).
@@ -86,8 +86,10 @@ class Knob:
                 raise ValueError(f"Invalid value {value!r} for knob {self.name!r}. Valid "
                                  f"values are: {list(self.choices)}.")
             return value
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
-                math.isfinite(float(value)) and float(value) > 0):
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        # (NaN is not > 0; a threshold may be infinite: a clip that never bites)
+        if not (number and float(value) > 0
+                and (math.isfinite(float(value)) or self.kind == "threshold")):
             raise ValueError(f"Invalid value {value!r} for knob {self.name!r}: expected "
                              f"{self.allowed()}.")
         return float(value)

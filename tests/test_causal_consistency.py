@@ -40,7 +40,7 @@ def test_a_no_op_returns_the_factual_exactly(family: str) -> None:
     norms = _finite_norms(trace)
     configured = (trace.meta.get("config") or {}).get("grad_clip")
     if norms.size and not configured:  # a clip above every recorded norm never bites
-        no_ops.append({"grad_clip": float(norms.max()) * 10.0})
+        no_ops += [{"grad_clip": float(norms.max()) * 10.0}, {"grad_clip": float("inf")}]
     answers = [ndb.what_if(trace, **knobs) for knobs in no_ops]
     factual = answers[0].p_failure_factual
     for knobs, cf in zip(no_ops, answers):
