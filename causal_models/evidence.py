@@ -340,7 +340,8 @@ def _dead_onset(trace: Trace, dead_frac: float) -> str:
     At the first recorded step, a dead layer fed by outputs whose mean lies more than
     :data:`DEAD_DRIVE_SIGMAS` standard deviations below zero is ``start`` (an offset that
     switches the units off: a negative bias); one fed by outputs exactly zero is ``silent``
-    (weights that compute nothing: an all-zero initialisation).
+    (weights that compute nothing: an all-zero initialisation). A rectifier that ends the
+    network (a ReLU on the logits) is not read: its units die on negative logits.
     """
     mods = trace.modules
     if "activation_family" not in mods or not len(trace.stats):
@@ -353,6 +354,9 @@ def _dead_onset(trace: Trace, dead_frac: float) -> str:
         ["act_frac_dead", "act_mean", "act_std"]].mean()
     found = set()
     for name in rect.astype(str):
+        if name == names[-1]:
+            continue  # a rectifier on the output (its units die on negative logits, whatever
+            # the biases): the rules read it (neuraldbg.cause_evidence.clipped_output_support)
         if name not in first.index or not float(first.at[name, "act_frac_dead"]) > dead_frac:
             continue
         i = names.index(name)

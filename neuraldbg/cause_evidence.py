@@ -19,7 +19,8 @@ from neuraldbg.sufficiency import LEARNED_DROP
 from neuraldbg.thresholds import ThresholdConfig, require_positive_fields
 
 __all__ = ["CauseWeights", "DEFAULT_WEIGHTS", "ScriptBugs", "logistic_support",
-           "running_sum_support", "accumulation_support", "symmetric_support",
+           "running_sum_support", "accumulation_support", "periodic_reset_support",
+           "clipped_output_support", "symmetric_support",
            "batchnorm_off_support", "init_support", "unsafe_loss_support"]
 
 
@@ -90,6 +91,14 @@ class CauseWeights:
         (:func:`unsafe_loss_support`): a loss on probabilities that reaches ``log(0)`` is
         the usual way a learned run's loss turns NaN while its outputs stay finite, but a
         non-finite target arriving just then looks the same.
+    clipped_output : float, default=0.85
+        ``loss_output_mismatch`` = this when more than ``dead_frac`` of the units of a
+        rectifier that ends the network died
+        (:attr:`~neuraldbg.run_facts.RunFacts.output_dead`): a ReLU on
+        the logits hands the loss outputs clipped at zero, and a unit pushed below zero
+        never comes back, whatever its bias; as for a softmax output (0.85), the trace
+        cannot see which loss reads it (a ReLU output is right for counts under MSE, but
+        not once its units die).
     unsafe_loss_decades : float, default=0.5
         Log-scale width of that support around the learned-data line: a loss a decade
         under it (1e-4 of its start) gives 0.9.
@@ -221,6 +230,7 @@ class CauseWeights:
     symmetric_init: float = 0.95
     gradient_blocked: float = 0.9
     unsafe_loss: float = 0.85
+    clipped_output: float = 0.85
     unsafe_loss_decades: float = 0.5
     nonfinite_input: float = 0.9
     calm_nonfinite: float = 0.9
@@ -323,6 +333,34 @@ def accumulation_support(facts: RunFacts, cfg: ThresholdConfig,
                             decades=weights.accumulation_decades)
 
 
+def periodic_reset_support(facts: RunFacts, cfg: ThresholdConfig) -> float:
+    """Support for "the gradients are reset only every k optimizer steps".
+
+    ``zero_grad`` once every k steps (an accumulation loop that steps the optimizer at every
+    batch, or once per epoch) sums each window's gradients: the global gradient norm grows
+    on most steps and falls back at every reset, on one period
+    (:attr:`~neuraldbg.run_facts.RunFacts.grad_resets`). 1 when the period is at least
+    ``cfg.grad_reset_period`` steps, ``cfg.grad_reset_falls`` falls or more land on it and
+    make ``cfg.grad_reset_aligned`` of all falls, and the norm grew on
+    ``cfg.grad_reset_monotone`` of the steps; else 0.
+    """
+    period, on_period, aligned, rising = facts.grad_resets
+    return float(period >= cfg.grad_reset_period and on_period >= cfg.grad_reset_falls
+                 and aligned >= cfg.grad_reset_aligned and rising >= cfg.grad_reset_monotone)
+
+
+def clipped_output_support(facts: RunFacts, cfg: ThresholdConfig,
+                           weights: CauseWeights = DEFAULT_WEIGHTS) -> float:
+    """Support for "a rectifier ends the network and its units died".
+
+    ``weights.clipped_output`` when more than ``cfg.dead_frac`` of the last module's units
+    were dead at a recorded step and that module is a rectifier
+    (:attr:`~neuraldbg.run_facts.RunFacts.output_dead`), else 0.
+    """
+    dead = facts.output_dead
+    return weights.clipped_output if math.isfinite(dead) and dead > cfg.dead_frac else 0.0
+
+
 def symmetric_support(facts: RunFacts, cfg: ThresholdConfig,
                       weights: CauseWeights = DEFAULT_WEIGHTS) -> float:
     """Support for "a layer's units are copies of each other".
@@ -380,7 +418,8 @@ class ScriptBugs:
     Attributes
     ----------
     piled : float
-        Gradients that pile up across steps (a missing ``zero_grad``).
+        Gradients that pile up across steps (a missing ``zero_grad``, or one called only
+        every few steps).
     targets : float
         A first loss far above the output scale (unscaled targets).
     symmetric : float
@@ -392,6 +431,9 @@ class ScriptBugs:
     floor : float
         A loss that sits on the floor a softmax output fed to a logits loss cannot go
         below (:func:`output_floor_support`).
+    clipped_output : float
+        A rectifier that ends the network and whose units died
+        (:func:`clipped_output_support`).
     unsafe_loss : float
         A loss that turned non-finite out of a learned state with finite outputs
         (:func:`unsafe_loss_support`).
@@ -414,6 +456,7 @@ class ScriptBugs:
     blocked: float
     bn_off: float
     floor: float = 0.0
+    clipped_output: float = 0.0
     unsafe_loss: float = 0.0
     bad_input: float = 0.0
     bad_target: float = 0.0
@@ -424,12 +467,14 @@ class ScriptBugs:
         """Read every bug's support off the facts."""
         unsafe_loss = unsafe_loss_support(facts, w)
         return cls(piled=max(running_sum_support(facts, cfg, w),
-                             accumulation_support(facts, cfg, w)),
+                             accumulation_support(facts, cfg, w),
+                             periodic_reset_support(facts, cfg)),
                    targets=logistic_support(facts.loss_scale_ratio, cfg.loss_scale_ratio),
                    symmetric=symmetric_support(facts, cfg, w),
                    blocked=1.0 if facts.blocked_modules else 0.0,
                    bn_off=batchnorm_off_support(facts, cfg, w),
                    floor=output_floor_support(facts, cfg),
+                   clipped_output=clipped_output_support(facts, cfg, w),
                    unsafe_loss=unsafe_loss,
                    bad_input=0.0 if facts.nonfinite_input_step is None else 1.0,
                    bad_target=(0.0 if facts.nonfinite_target_step is None
@@ -441,5 +486,5 @@ class ScriptBugs:
     def strongest(self) -> float:
         """The best-supported bug: the share the generic causes lose."""
         return max(self.piled, self.targets, self.symmetric, self.blocked, self.bn_off,
-                   self.floor, self.unsafe_loss, self.bad_input, self.bad_target,
-                   self.calm_nonfinite)
+                   self.floor, self.clipped_output, self.unsafe_loss, self.bad_input,
+                   self.bad_target, self.calm_nonfinite)

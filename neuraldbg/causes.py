@@ -25,7 +25,8 @@ from the generic causes above, which the bug itself inflates):
   first steps like a running sum while the loss does not improve, or with that shape the
   parameter-gradient / output-gradient norm ratio grows ~10x over the run (the parameter
   gradient holds the steps before; Adam still lowers the loss a little);
-- ``loss_output_mismatch``: a softmax (or sigmoid) module ends the network on a stall, or
+- ``loss_output_mismatch``: a softmax (or sigmoid) module ends the network on a stall, a
+  rectifier ends it and its units died (a ReLU on the logits), or
   the loss settles on the floor ``log(1 + (K - 1) / e)`` that ``CrossEntropyLoss`` fed K
   probabilities cannot go below, or the loss turns non-finite out of a learned state while
   every module output is finite (a hand-written loss on probabilities at ``log(0)``);
@@ -266,6 +267,12 @@ def _put_script_bugs(cands: _Candidates, s: _Shared, bugs: ScriptBugs) -> None:
                    "it had fallen to the bottom: the loss computation hit log(0) or 0 * inf "
                    "(a hand-written loss on probabilities); compute it from logits "
                    "(BCEWithLogitsLoss, CrossEntropyLoss)"})
+    cands.put("loss_output_mismatch", bugs.clipped_output, {
+        "output_module_type": facts.output_type, "output_dead_share": facts.output_dead,
+        "threshold": cfg.dead_frac,
+        "reading": "the network ends in a rectifier whose units died: the loss reads outputs "
+                   "clipped at zero, and a unit pushed below zero gets no gradient back; "
+                   "give the loss the last linear layer's output (logits)"})
     check = nonfinite_check(facts)
     cands.put("data_problem", w.nonfinite_input * bugs.bad_input, {
         "nonfinite_input_step": facts.nonfinite_input_step,

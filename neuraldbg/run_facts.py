@@ -139,6 +139,12 @@ class RunFacts:
         Growth of the global gradient norm over the first ``grad_sum_steps`` finite steps:
         (exponent of a power law in the step, R^2 of that power law, share of steps where
         the norm grew). NaNs with fewer than 8 such steps.
+    grad_resets : tuple of float
+        Periodic falls of a gradient that piles up (``zero_grad`` called every k optimizer
+        steps instead of every step): (k, falls on that period, their share of all falls,
+        share of the steps the global gradient norm grew). A fall is the norm dropping to
+        half or less in one step; k is the most common gap between falls. NaNs with fewer
+        than two falls.
     loss_improved : bool
         The loss ends (mean of the last tenth, non-finite counting as worse) below where it
         began (mean of the first three steps).
@@ -148,6 +154,9 @@ class RunFacts:
     output_type : str
         Module type of the last module in forward order (``"Softmax"`` for a softmax
         output layer).
+    output_dead : float
+        When that last module is a rectifier (a ReLU on the logits), the largest share of its
+        units dead at a recorded step; NaN otherwise.
     row_diversity : float
         Weight-row diversity (:mod:`neuraldbg.weight_diversity`) of the most symmetric
         module: the larger of its values at enter and at the latest flush, the smallest over
@@ -258,9 +267,11 @@ class RunFacts:
     n_weight_layers: int
     config: dict[str, Any] = field(default_factory=dict)
     grad_growth: tuple[float, float, float] = (math.nan, math.nan, math.nan)
+    grad_resets: tuple[float, float, float, float] = (math.nan, math.nan, math.nan, math.nan)
     loss_improved: bool = True
     loss_scale_ratio: float = math.nan
     output_type: str = ""
+    output_dead: float = math.nan
     row_diversity: float = math.nan
     symmetric_modules: tuple[str, ...] = ()
     blocked_modules: tuple[str, ...] = ()
@@ -344,7 +355,9 @@ def gather_facts(trace: Trace, states: StateTable, dyn: LossDynamics,
         recurrent=any(t in _RECURRENT for t in types),
         grad_clip=clip if clip and clip > 0 else None, n_weight_layers=int(weight.sum()),
         config=cfg_run, grad_growth=_grad_growth(trace, states.config.grad_sum_steps, win),
+        grad_resets=_grad_resets(trace),
         loss_improved=_loss_improved(trace, win), output_type=types[-1] if types else "",
+        output_dead=_output_dead(states),
         **_symmetry(trace, states.config.row_diversity_low),
         blocked_modules=_blocked(trace, states, win.edge_min_steps),
         grad_accumulation=_grad_accumulation(states, weight, win),
@@ -795,6 +808,41 @@ def _grad_growth(trace: Trace, n_steps: int, win: FactWindows) -> tuple[float, f
 
     exponent, power_fit = fit(np.log(np.arange(n, dtype=float) + 1.0))
     return (exponent, power_fit, float(np.mean(np.diff(g[:n]) > 0)))
+
+
+def _output_dead(states: StateTable) -> float:
+    """Largest dead share of the network's last module when it is a rectifier, else NaN."""
+    if not states.families or states.families[-1] != "relu":
+        return math.nan
+    dead = states.measures["act_frac_dead"][:, -1]
+    dead = dead[states.measures["observed"][:, -1] & np.isfinite(dead)]
+    return float(dead.max()) if len(dead) else math.nan
+
+
+#: A fall of the global gradient norm: to this share of the step before or less.
+_RESET_FALL = 0.5
+
+
+def _grad_resets(trace: Trace) -> tuple[float, float, float, float]:
+    """Periodic falls of the global gradient norm: (period, falls on it, their share, grown).
+
+    Over the steps before any non-finite or zero norm. A gradient that is reset only every
+    k optimizer steps grows like a running sum between resets and falls back at each: the
+    falls land on one period, and the norm grows on most steps.
+    """
+    g = trace.steps["grad_norm"].to_numpy(dtype=float) if "grad_norm" in trace.steps \
+        else np.zeros(0)
+    ok = np.isfinite(g) & (g > 0)
+    g = g[:int(np.argmin(ok)) if not ok.all() else len(g)]
+    ratio = g[1:] / g[:-1]
+    falls = np.flatnonzero(ratio <= _RESET_FALL) + 1
+    if len(falls) < 2:
+        return (math.nan, math.nan, math.nan, math.nan)
+    gaps, counts = np.unique(np.diff(falls), return_counts=True)
+    period = int(gaps[np.argmax(counts)])
+    on_period = int(np.sum((falls - falls[0]) % period == 0))
+    return (float(period), float(on_period), on_period / len(falls),
+            float(np.mean(ratio > 1.0)))
 
 
 def _loss_improved(trace: Trace, win: FactWindows) -> bool:

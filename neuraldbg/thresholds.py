@@ -214,6 +214,21 @@ class ThresholdConfig:
         (gradients never reset). Without accumulation the ratio follows the layer's input
         scale, which moves a few-fold in training (measured 1-3x on the zoo's healthy runs);
         a running sum over 100 steps grows it ~100x.
+    grad_reset_period : int, default=4
+        Fewest optimizer steps between the resets of a gradient that ``zero_grad`` clears
+        only every k steps (:func:`~neuraldbg.cause_evidence.periodic_reset_support`): over
+        two or three steps a pile-up barely grows, and a blown-up rate's oscillating norm
+        can fall every third step (a regression at lr 0.5 did).
+    grad_reset_falls : int, default=3
+        Falls of the global gradient norm (to half or less in one step) on that period:
+        three resets are a pattern, not a coincidence.
+    grad_reset_aligned : float, default=0.75
+        Share of all falls that land on the period.
+    grad_reset_monotone : float, default=0.7
+        Share of steps on which the global gradient norm grew: between resets a pile-up grows
+        at almost every step (0.73-0.91 on the zoo's and the user-style probes' runs that
+        clear the gradients once per epoch or every 8 steps), healthy training about half
+        the time; on 937 healthy user-style runs no run met the four conditions.
     batchnorm_std_high : float, default=1.5
         BatchNorm outputs whose std is typically this many times away from 1 at the first step
         (:attr:`~neuraldbg.run_facts.RunFacts.batchnorm_off_factor`) do not normalise:
@@ -293,6 +308,10 @@ class ThresholdConfig:
     row_diversity_low: float = 1e-3
     grad_accumulation_monotone: float = 0.6
     grad_accumulation_growth: float = 10.0
+    grad_reset_period: int = 4
+    grad_reset_falls: int = 3
+    grad_reset_aligned: float = 0.75
+    grad_reset_monotone: float = 0.7
     batchnorm_std_high: float = 1.5
     data_update_ratio: float = 1e-3
     cause_tie_margin: float = 0.05

@@ -33,7 +33,8 @@ def _mlp(out: int = 10) -> nn.Module:
 
 
 def _train(model: nn.Module, opt: torch.optim.Optimizer, loss_fn, targets: torch.Tensor, *,
-           zero_grad: bool = True, steps: int = 150, inputs: torch.Tensor = X,
+           zero_grad: bool = True, zero_grad_every: int = 1, steps: int = 150,
+           inputs: torch.Tensor = X,
            backward: bool = True, zero_grad_after_backward: bool = False,
            clip: float | None = None, step: bool = True,
            batches: Iterator[torch.Tensor] | None = None, every: int = 1,
@@ -44,13 +45,13 @@ def _train(model: nn.Module, opt: torch.optim.Optimizer, loss_fn, targets: torch
     Minibatches of ``batch`` drawn at random (with ``generator``, by default one seeded
     with 0), or the indices ``batches`` yields; module statistics every ``every`` steps;
     ``after_step(step, loss)`` runs at the end of each step (a scheduler, a rate set by
-    hand)."""
+    hand); ``zero_grad_every=k`` clears the gradients at every k-th step only."""
     g = generator if generator is not None else torch.Generator().manual_seed(0)
     with ndb.NeuralDbg(model, optimizer=opt, every=every) as dbg:
         for i in range(steps):
             idx = next(batches) if batches is not None else torch.randint(
                 0, len(inputs), (batch,), generator=g)
-            if zero_grad:
+            if zero_grad and i % zero_grad_every == 0:
                 opt.zero_grad()
             loss = loss_fn(model(inputs[idx]), targets[idx])
             if backward:
@@ -88,6 +89,24 @@ def test_gradients_never_reset_are_named_not_the_learning_rate() -> None:
                            F.cross_entropy, Y))
 
 
+@pytest.mark.parametrize("method", ["heuristic", "probabilistic"])
+def test_gradients_reset_only_every_8_steps_are_named_not_the_learning_rate(method: str
+                                                                           ) -> None:
+    """An accumulation loop gone wrong: the optimizer steps at every batch, zero_grad runs
+    at every 8th. The gradient norm climbs for 8 steps and falls at each reset; both methods
+    said learning_rate_too_high at 0.66-1.00 (a user-style probe, 3 of 3 seeds), and a
+    lower rate only slows the blow-up. The twin that clears every step is healthy."""
+    def run(every: int) -> ndb.Trace:
+        model = _mlp()
+        opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+        return _train(model, opt, F.cross_entropy, Y, zero_grad_every=every, steps=160)
+
+    hyps = ndb.explain(run(8), method=method)
+    assert hyps and hyps[0].confidence >= 0.5, hyps[:2]
+    assert hyps[0].root_cause == "missing_zero_grad", hyps[:2]
+    assert not [h for h in ndb.explain(run(1), method=method) if h.confidence >= 0.5]
+
+
 def test_a_softmax_before_cross_entropy_is_named_not_a_low_rate() -> None:
     model = nn.Sequential(_mlp(), nn.Softmax(dim=1))
     trace = _train(model, torch.optim.SGD(model.parameters(), lr=0.1), F.cross_entropy, Y)
@@ -116,6 +135,59 @@ def _cnn() -> nn.Module:
     torch.manual_seed(0)
     return nn.Sequential(nn.Conv2d(1, 8, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
                          nn.Flatten(), nn.Linear(8 * 16, 32), nn.ReLU(), nn.Linear(32, 10))
+
+
+def _bar_images(seed: int, n: int = 1024, size: int = 16) -> tuple[torch.Tensor, torch.Tensor]:
+    """Four classes of noisy images: a horizontal, a vertical or one of two diagonal bars."""
+    g = torch.Generator().manual_seed(3000 + seed)
+    y = torch.randint(0, 4, (n,), generator=g)
+    x = 0.3 * torch.randn(n, 1, size, size, generator=g)
+    bars = torch.zeros(4, size, size)
+    bars[0, size // 2 - 1:size // 2 + 1, :] = 1.0
+    bars[1, :, size // 2 - 1:size // 2 + 1] = 1.0
+    bars[2] = torch.eye(size) + torch.eye(size).roll(1, dims=1).triu(1)
+    bars[3] = bars[2].flip(1)
+    return x + bars[y].unsqueeze(1), y
+
+
+@pytest.mark.parametrize("seed", [0, 2])
+def test_a_relu_on_the_logits_is_a_loss_output_mismatch_not_a_negative_bias(seed: int
+                                                                             ) -> None:
+    """A CNN head written Linear(32, 4) + ReLU before CrossEntropyLoss, the default init
+    and a sound rate: the logits' units die (seed 0: all four by step 22, the loss pinned at
+    ln 4; seed 2: three of four negative from the first batch). The network named
+    negative_bias_init at 0.71/0.79 (a user-style probe), though no bias is set anywhere.
+    The rules now read a dead rectifier that ends the network as the loss/output mismatch,
+    and the network's 'dead from the start' evidence leaves the output out. The same CNN
+    without the final ReLU trains."""
+    def run(relu: bool) -> ndb.Trace:
+        x, y = _bar_images(seed)
+        torch.manual_seed(seed)
+        head = [nn.Linear(32, 4), *([nn.ReLU()] if relu else [])]  # (built first)
+        model = nn.Sequential(nn.Conv2d(1, 8, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                              nn.Conv2d(8, 16, 3, padding=1), nn.ReLU(),
+                              nn.AdaptiveAvgPool2d(2), nn.Flatten(), nn.Linear(64, 32),
+                              nn.ReLU(), *head)
+        opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+        with ndb.NeuralDbg(model, optimizer=opt) as dbg:
+            for epoch in range(8):
+                order = torch.randperm(len(x), generator=torch.Generator().manual_seed(
+                    seed * 7919 + epoch))
+                for i in range(0, len(x) - 31, 32):
+                    opt.zero_grad()
+                    loss = F.cross_entropy(model(x[order[i:i + 32]]), y[order[i:i + 32]])
+                    loss.backward()
+                    opt.step()
+                    dbg.step(loss)
+        return dbg.trace
+
+    trace = run(relu=True)
+    top = _top(trace)
+    assert top is not None and top.root_cause == "loss_output_mismatch", top
+    claims = [h for h in ndb.explain(trace, method="probabilistic") if h.confidence >= 0.5]
+    assert claims and claims[0].root_cause in ("loss_output_mismatch", "unknown"), claims[:2]
+    assert not [h for h in claims if h.root_cause == "negative_bias_init"]
+    _assert_healthy(run(relu=False))
 
 
 def test_adam_cnn_without_zero_grad_is_named_not_the_learning_rate() -> None:
