@@ -305,7 +305,8 @@ def _put_script_bugs(cands: _Candidates, s: _Shared, bugs: ScriptBugs) -> None:
             "threshold": cfg.batchnorm_std_high,
             "reading": "BatchNorm layers do not normalise: the model may be in eval() mode "
                        "while it trains",
-            "hint": batchnorm_hint(facts.batchnorm_off_factor)})
+            "batchnorm_off_step": facts.batchnorm_off_step,
+            "hint": batchnorm_hint(facts.batchnorm_off_factor, facts.batchnorm_off_step)})
 
 
 #: The check a user can put on a batch for the values the non-finite readings point at.

@@ -30,8 +30,10 @@ them to every method's answer.
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
+import pandas as pd
 
 from neuraldbg.records import Hypothesis
 from neuraldbg.sufficiency import MIN_STEPS, hedge
@@ -41,6 +43,7 @@ from neuraldbg.trace import Trace
 __all__ = ["FROZEN_CONFIDENCE", "NO_GRADIENT_HINT", "NO_STEP_HINT", "OTHER_PARAMETERS_HINT",
            "PINNED_SHARE", "PINNED_TOLERANCE", "COLLAPSE_FACTOR", "frozen_weights",
            "claim_unknown", "gradient_norm_pinned", "weights_collapsed", "batchnorm_off_factor",
+           "batchnorm_off",
            "batchnorm_not_normalising", "batchnorm_hint", "name_cause_unknown",
            "parameters_outside_optimizer", "frozen_layers_upstream", "cause_outside_vocabulary"]
 
@@ -59,6 +62,18 @@ COLLAPSE_FACTOR = 0.1
 #: A BatchNorm layer whose parameter norm is within this (relative) of ``sqrt(n_params / 2)``
 #: is still at its initial weight 1 and bias 0 (the first step measures it before any update).
 _AT_INIT = 0.01
+#: A train-mode BatchNorm layer puts out exactly the mean square its affine parameters set,
+#: ``(||weight||^2 + ||bias||^2) / channels``, whatever its input (each channel is normalised
+#: on the batch). Its outputs this many times off that scale (as the median over the layers,
+#: either way) at every recorded step from some step on, after steps within it, and at least
+#: :data:`BATCHNORM_SWITCH_STEPS` of them: the layers stopped normalising there (the model
+#: went to ``eval()`` for a validation pass and never came back). Healthy runs stay within
+#: 1.06 at every step (164 runs with BatchNorm: the zoo's and user-style probes'; a
+#: pretrained BatchNorm kept in eval() on purpose drifts off as the layers before it train);
+#: a CNN left in eval() after step 32 read 1.15-1.25 from that step on, 6-1e5 as it blew up.
+BATCHNORM_SWITCH = 1.1
+#: Fewest recorded steps off the scale, to the end of the finite run, for a switch.
+BATCHNORM_SWITCH_STEPS = 3
 #: What :func:`frozen_weights` tells the user when no gradient reached any optimizer step.
 NO_GRADIENT_HINT = ("the weights never moved and no gradient was there when the optimizer "
                     "stepped, at any step: is loss.backward() called, and before "
@@ -254,30 +269,71 @@ def frozen_layers_upstream(trace: Trace) -> str | None:
 
 
 def batchnorm_off_factor(trace: Trace) -> float:
-    """How far the BatchNorm outputs' std is from 1 at the first recorded step (>= 1).
+    """How far the BatchNorm layers were from normalising (>= 1); see :func:`batchnorm_off`."""
+    return batchnorm_off(trace)[0]
 
-    ``exp(median over BatchNorm layers of |ln std|)``: ~1 when they normalise (train mode
-    gives std 1 per channel at init, whatever the input), the scale of each layer's input
-    when they run on their initial running statistics (``eval()``). Layers off in both
-    directions count. Only layers still at their initial affine parameters (weight 1, bias
-    0: a parameter norm of ``sqrt(n_params / 2)``, or none) are read: a pretrained layer's
-    learned scale sets its output std in either mode. NaN without such layers.
+
+def batchnorm_off(trace: Trace) -> tuple[float, int | None]:
+    """How far the BatchNorm outputs were off the scale normalising sets, and from which step.
+
+    At the first recorded step, ``exp(median over BatchNorm layers of |ln std|)``: ~1 when
+    they normalise (train mode gives std 1 per channel at init, whatever the input), the
+    scale of each layer's input when they run on their initial running statistics
+    (``eval()``). Layers off in both directions count. Only layers still at their initial
+    affine parameters (weight 1, bias 0: a parameter norm of ``sqrt(n_params / 2)``, or
+    none) are read there: a pretrained layer's learned scale sets its output std in either
+    mode. When they normalised at first and stopped later (:func:`_batchnorm_switch`), the
+    largest factor after the switch and the step it began, if that factor is larger.
+    ``(NaN, None)`` without BatchNorm layers to read.
     """
     mods, stats_ = trace.modules, trace.stats
     if not len(mods) or not len(stats_) or not {"act_std", "param_norm"} <= set(stats_):
-        return float("nan")
+        return float("nan"), None
     bn = mods.loc[mods["module_type"].astype(str).str.contains("BatchNorm")]
     rows = stats_.loc[stats_["module_name"].isin(bn["module_name"])]
     if not len(rows):
-        return float("nan")
-    first = rows.loc[rows["step"] == rows["step"].min()].set_index("module_name")
+        return float("nan"), None
+    first_step = int(rows["step"].min())
+    first = rows.loc[rows["step"] == first_step].set_index("module_name")
     n_params = bn.set_index("module_name")["n_params"].reindex(first.index).to_numpy(float)
     with np.errstate(all="ignore"):
         at_init = (n_params == 0) | (np.abs(first["param_norm"].to_numpy(dtype=float)
                                             / np.sqrt(n_params / 2.0) - 1.0) <= _AT_INIT)
     std = first["act_std"].to_numpy(dtype=float)[at_init]
     std = std[np.isfinite(std) & (std > 0)]
-    return float(np.exp(np.median(np.abs(np.log(std))))) if std.size else float("nan")
+    start = float(np.exp(np.median(np.abs(np.log(std))))) if std.size else float("nan")
+    switch, step = _batchnorm_switch(rows, bn)
+    if math.isfinite(switch) and not start > switch:
+        return switch, step
+    return start, first_step if math.isfinite(start) else None
+
+
+def _batchnorm_switch(rows: pd.DataFrame, bn: pd.DataFrame) -> tuple[float, int | None]:
+    """The largest scale factor after the BatchNorm layers stopped normalising, and the step.
+
+    Per recorded step, ``exp(median over layers of |ln(rms of the output / rms the affine
+    parameters set)|)`` (see :data:`BATCHNORM_SWITCH`); the switch is the first step from
+    which every finite factor to the end is at least :data:`BATCHNORM_SWITCH`, at least
+    :data:`BATCHNORM_SWITCH_STEPS` of them, after a first step within it (a run off from
+    the start is the first-step reading's). ``(NaN, None)`` without one.
+    """
+    channels = rows["module_name"].map(bn.set_index("module_name")["n_params"]).to_numpy(
+        dtype=float) / 2.0
+    with np.errstate(all="ignore"):
+        scale = np.where(channels > 0,
+                         rows["param_norm"].to_numpy(dtype=float) / np.sqrt(channels), 1.0)
+        rms = np.hypot(rows["act_mean"].to_numpy(dtype=float),
+                       rows["act_std"].to_numpy(dtype=float))
+        off = np.abs(np.log(rms / scale))
+    per_step = (pd.Series(off, index=rows["step"].to_numpy())
+                .replace([np.inf, -np.inf], np.nan).dropna().groupby(level=0).median())
+    factor = np.exp(per_step.to_numpy())
+    if len(factor) <= BATCHNORM_SWITCH_STEPS or factor[0] >= BATCHNORM_SWITCH:
+        return float("nan"), None
+    begin = int(np.flatnonzero(factor < BATCHNORM_SWITCH)[-1]) + 1  # off from here on
+    if len(factor) - begin < BATCHNORM_SWITCH_STEPS:
+        return float("nan"), None
+    return float(factor[begin:].max()), int(per_step.index[begin])
 
 
 def batchnorm_not_normalising(trace: Trace, config: ThresholdConfig | None = None
@@ -287,15 +343,25 @@ def batchnorm_not_normalising(trace: Trace, config: ThresholdConfig | None = Non
     They did not when :func:`batchnorm_off_factor` reaches ``batchnorm_std_high``.
     """
     cfg = config or ThresholdConfig()
-    factor = batchnorm_off_factor(trace)
-    return batchnorm_hint(factor) if factor >= cfg.batchnorm_std_high else None
+    factor, step = batchnorm_off(trace)
+    if not factor >= cfg.batchnorm_std_high:
+        return None
+    return batchnorm_hint(factor, None if step == int(trace.stats["step"].min()) else step)
 
 
-def batchnorm_hint(factor: float) -> str:
-    """What to check when the BatchNorm outputs are ``factor`` times off unit std."""
-    return (f"the BatchNorm outputs are {factor:.3g}x off unit std at the first step, as when "
-            "the model trains in eval() mode: is model.train() called before the training "
-            "loop (after any validation)?")
+def batchnorm_hint(factor: float, step: int | None = None) -> str:
+    """What to check when the BatchNorm outputs are ``factor`` times off normalising's scale.
+
+    ``step``: the step they went off, after normalising before it (the model went to
+    ``eval()`` then); ``None``: off from the first recorded step.
+    """
+    if step is None:
+        return (f"the BatchNorm outputs are {factor:.3g}x off unit std at the first step, as "
+                "when the model trains in eval() mode: is model.train() called before the "
+                "training loop (after any validation)?")
+    return (f"from step {step} the BatchNorm outputs are up to {factor:.3g}x off the scale "
+            "normalising gives them, as when the model goes on training in eval() mode: is "
+            "model.train() called again after each validation pass?")
 
 
 def name_cause_unknown(hypotheses: list[Hypothesis], reason: str) -> list[Hypothesis]:

@@ -39,7 +39,7 @@ from typing import Any, NamedTuple, TypedDict
 import numpy as np
 
 from neuraldbg.events import LossDynamics
-from neuraldbg.outside_vocabulary import batchnorm_off_factor, frozen_weights
+from neuraldbg.outside_vocabulary import batchnorm_off, frozen_weights
 from neuraldbg.states import StateTable
 from neuraldbg.sufficiency import LEARNED_LOSS
 from neuraldbg.thresholds import require_positive_fields
@@ -245,8 +245,13 @@ class RunFacts:
         (>= 1): ``exp(median over BatchNorm layers of |ln std|)``. ~1 when they normalise
         (train mode, whatever their input), the scale of each layer's input when they run on
         their initial running statistics (``eval()``): layers off in both directions count,
-        where a median of the stds let 4x and 0.15x average out to 0.8. NaN without
-        BatchNorm.
+        where a median of the stds let 4x and 0.15x average out to 0.8. When they
+        normalised at first and stopped later (a model left in ``eval()`` after a
+        validation pass), the largest factor after that, if larger
+        (:func:`neuraldbg.outside_vocabulary.batchnorm_off`). NaN without BatchNorm.
+    batchnorm_off_step : int or None
+        The step the BatchNorm layers stopped normalising, when they did after normalising
+        at first; None otherwise.
     """
 
     update_ratio: float
@@ -277,6 +282,7 @@ class RunFacts:
     blocked_modules: tuple[str, ...] = ()
     grad_accumulation: float = math.nan
     batchnorm_off_factor: float = math.nan
+    batchnorm_off_step: int | None = None
     output_floor_gap: float = math.nan
     output_floor_step: int | None = None
     weights_unmoved: str | None = None
@@ -361,7 +367,7 @@ def gather_facts(trace: Trace, states: StateTable, dyn: LossDynamics,
         **_symmetry(trace, states.config.row_diversity_low),
         blocked_modules=_blocked(trace, states, win.edge_min_steps),
         grad_accumulation=_grad_accumulation(states, weight, win),
-        batchnorm_off_factor=batchnorm_off_factor(trace),
+        **_batchnorm_off(trace),
         **_output_floor(trace, states, win),
         weights_unmoved=frozen_weights(trace, win.edge_min_steps),
         nonfinite_from_floor=_nonfinite_from_floor(trace, states, dyn, win),
@@ -808,6 +814,19 @@ def _grad_growth(trace: Trace, n_steps: int, win: FactWindows) -> tuple[float, f
 
     exponent, power_fit = fit(np.log(np.arange(n, dtype=float) + 1.0))
     return (exponent, power_fit, float(np.mean(np.diff(g[:n]) > 0)))
+
+
+class _BatchnormOff(TypedDict):
+    batchnorm_off_factor: float
+    batchnorm_off_step: int | None
+
+
+def _batchnorm_off(trace: Trace) -> _BatchnormOff:
+    """``batchnorm_off_factor`` and ``batchnorm_off_step`` (None: off from the first step)."""
+    factor, step = batchnorm_off(trace)
+    first = int(trace.stats["step"].min()) if len(trace.stats) else None
+    return {"batchnorm_off_factor": factor,
+            "batchnorm_off_step": None if step == first else step}
 
 
 def _output_dead(states: StateTable) -> float:
