@@ -635,6 +635,9 @@ def _plateau(run: _Run) -> Symptom | None:
     if dyn.plateau_step is None:
         return _floor_plateau(run) or _collapse_plateau(run)
     imp = dyn.improvement
+    if dyn.blowup_step is not None and 1.0 - imp >= cfg.loss_blowup:
+        return None  # the loss blew up and ended on the far side of the blow-up line: the
+        # divergence describes the run, not a stall (the vocabulary's "no learning")
     strength = w.plateau_strength_floor + w.plateau_strength_gain * float(np.clip(
         (cfg.plateau_improvement - imp) / cfg.plateau_improvement, 0.0, 1.0))
     return Symptom("training_plateau", run.facts.first_layer, dyn.plateau_step, strength,

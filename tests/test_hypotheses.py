@@ -115,3 +115,18 @@ def test_init_scale_too_large_from_layer_gains_at_the_first_step():
     top = diag.hypotheses[0]
     assert (top.failure_type, top.origin_layer) == ("saturated_activations", "1")
     assert top.root_cause == "init_scale_too_large"
+
+
+def test_vocabulary_a_loss_that_ended_ten_times_above_its_start_diverged_not_stalled():
+    """A loss that climbs from 1.4 to 13-19 and stays there did not stall: the contract keeps
+    training_plateau for a loss that does not improve, and one that blew up past the line
+    and ended beyond it is a divergence. (An RNN at lr 1.0 without clipping, 1.39 -> 19.5,
+    was a plateau to the rules: the stall outweighed a blow-up whose peak was not far past
+    the line.)"""
+    rng = np.random.default_rng(0)
+    n = 96
+    loss = np.concatenate([1.39 + 0.05 * rng.standard_normal(10), np.linspace(1.6, 13, 10),
+                           13 + 6 * rng.random(n - 20)])
+    hyps = explain(make_trace(["RNN", "Linear"], n, loss=loss))
+    assert hyps[0].failure_type == "loss_divergence", hyps[:2]
+    assert not [h for h in hyps if h.failure_type == "training_plateau" and h.confidence >= 0.5]
