@@ -215,9 +215,13 @@ def _unknown() -> float:
 
 # Code bugs: causes no knob drives (no fault node). What each mechanism ends in, as
 # CONTRACT.md's vocabulary describes it; the data outweigh it wherever a family shows the bug.
-# gradients summed over steps grow like a running sum until the updates blow up
+# gradients summed over steps grow like a running sum until the updates blow up; as a rate
+# too high does, the outsized updates kill rectifier units (an accumulation loop clearing the
+# gradients every 8 steps killed the ReLU before a CNN's head, and the network, which had no
+# way to name the bug with dead units, said negative_bias_init on 12 such runs of a probe)
 register_code_bug("missing_zero_grad", failure_types={
-    "exploding_gradients": 1.0, "loss_divergence": 0.5, "training_plateau": 0.3})
+    "exploding_gradients": 1.0, "loss_divergence": 0.5, "training_plateau": 0.3,
+    "dead_neurons": 0.5})
 # probabilities fed to a loss that expects logits: a flat, saturated loss surface; a loss
 # written on probabilities reaches log(0) once they round to 0 or 1 (NaN, outputs finite)
 register_code_bug("loss_output_mismatch", failure_types={

@@ -158,6 +158,7 @@ def test_a_code_bug_declares_the_failures_its_mechanism_ends_in() -> None:
     data = _slice_prior(declared, "grad[0]@3", "data_problem")
     assert zero_grad["exploding"] > 2 * data["exploding"]
     assert data["healthy"] > zero_grad["healthy"]
+    shipped = dict(registry.code_bug_failure_types("missing_zero_grad") or {})
     registry.unregister("missing_zero_grad")
     try:
         assert "missing_zero_grad" in build_structure().states["root_cause"]  # still a cause
@@ -169,8 +170,7 @@ def test_a_code_bug_declares_the_failures_its_mechanism_ends_in() -> None:
             registry.register_code_bug("learning_rate_too_high",
                                        failure_types={"training_plateau": 1.0})
     finally:
-        registry.register_code_bug("missing_zero_grad", failure_types={
-            "exploding_gradients": 1.0, "loss_divergence": 0.5, "training_plateau": 0.3})
+        registry.register_code_bug("missing_zero_grad", failure_types=shipped)
     with pytest.raises(DuplicateNameError):
         registry.register_code_bug("missing_zero_grad", failure_types={"training_plateau": 1.0})
     assert _slice_prior(build_structure(), "grad[0]@3", "missing_zero_grad") == zero_grad
