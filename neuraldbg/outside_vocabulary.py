@@ -282,9 +282,9 @@ def batchnorm_off(trace: Trace) -> tuple[float, int | None]:
     (``eval()``). Layers off in both directions count. Only layers still at their initial
     affine parameters (weight 1, bias 0: a parameter norm of ``sqrt(n_params / 2)``, or
     none) are read there: a pretrained layer's learned scale sets its output std in either
-    mode. When they normalised at first and stopped later (:func:`_batchnorm_switch`), the
-    largest factor after the switch and the step it began, if that factor is larger.
-    ``(NaN, None)`` without BatchNorm layers to read.
+    mode. The step is ``None`` for that reading. When they normalised at first and stopped
+    later (:func:`_batchnorm_switch`), the largest factor after the switch and the step it
+    began, if that factor is larger. ``(NaN, None)`` without BatchNorm layers to read.
     """
     mods, stats_ = trace.modules, trace.stats
     if not len(mods) or not len(stats_) or not {"act_std", "param_norm"} <= set(stats_):
@@ -293,8 +293,7 @@ def batchnorm_off(trace: Trace) -> tuple[float, int | None]:
     rows = stats_.loc[stats_["module_name"].isin(bn["module_name"])]
     if not len(rows):
         return float("nan"), None
-    first_step = int(rows["step"].min())
-    first = rows.loc[rows["step"] == first_step].set_index("module_name")
+    first = rows.loc[rows["step"] == rows["step"].min()].set_index("module_name")
     n_params = bn.set_index("module_name")["n_params"].reindex(first.index).to_numpy(float)
     with np.errstate(all="ignore"):
         at_init = (n_params == 0) | (np.abs(first["param_norm"].to_numpy(dtype=float)
@@ -305,7 +304,7 @@ def batchnorm_off(trace: Trace) -> tuple[float, int | None]:
     switch, step = _batchnorm_switch(rows, bn)
     if math.isfinite(switch) and not start > switch:
         return switch, step
-    return start, first_step if math.isfinite(start) else None
+    return start, None
 
 
 def _batchnorm_switch(rows: pd.DataFrame, bn: pd.DataFrame) -> tuple[float, int | None]:
@@ -344,9 +343,7 @@ def batchnorm_not_normalising(trace: Trace, config: ThresholdConfig | None = Non
     """
     cfg = config or ThresholdConfig()
     factor, step = batchnorm_off(trace)
-    if not factor >= cfg.batchnorm_std_high:
-        return None
-    return batchnorm_hint(factor, None if step == int(trace.stats["step"].min()) else step)
+    return batchnorm_hint(factor, step) if factor >= cfg.batchnorm_std_high else None
 
 
 def batchnorm_hint(factor: float, step: int | None = None) -> str:

@@ -350,6 +350,7 @@ def gather_facts(trace: Trace, states: StateTable, dyn: LossDynamics,
     rows = np.flatnonzero(states.measures["observed"].any(axis=1))
     scales = _first_step_scales(trace, states, weight, rows, win)
     clip = _grad_clip(cfg_run)
+    bn_factor, bn_step = batchnorm_off(trace)
     return RunFacts(
         update_ratio=dyn.update_ratio, total_update=dyn.total_update,
         lr=_learning_rate(trace, cfg_run), lr_jump_steps=dyn.lr_jump_steps,
@@ -367,7 +368,7 @@ def gather_facts(trace: Trace, states: StateTable, dyn: LossDynamics,
         **_symmetry(trace, states.config.row_diversity_low),
         blocked_modules=_blocked(trace, states, win.edge_min_steps),
         grad_accumulation=_grad_accumulation(states, weight, win),
-        **_batchnorm_off(trace),
+        batchnorm_off_factor=bn_factor, batchnorm_off_step=bn_step,
         **_output_floor(trace, states, win),
         weights_unmoved=frozen_weights(trace, win.edge_min_steps),
         nonfinite_from_floor=_nonfinite_from_floor(trace, states, dyn, win),
@@ -814,19 +815,6 @@ def _grad_growth(trace: Trace, n_steps: int, win: FactWindows) -> tuple[float, f
 
     exponent, power_fit = fit(np.log(np.arange(n, dtype=float) + 1.0))
     return (exponent, power_fit, float(np.mean(np.diff(g[:n]) > 0)))
-
-
-class _BatchnormOff(TypedDict):
-    batchnorm_off_factor: float
-    batchnorm_off_step: int | None
-
-
-def _batchnorm_off(trace: Trace) -> _BatchnormOff:
-    """``batchnorm_off_factor`` and ``batchnorm_off_step`` (None: off from the first step)."""
-    factor, step = batchnorm_off(trace)
-    first = int(trace.stats["step"].min()) if len(trace.stats) else None
-    return {"batchnorm_off_factor": factor,
-            "batchnorm_off_step": None if step == first else step}
 
 
 def _output_dead(states: StateTable) -> float:
