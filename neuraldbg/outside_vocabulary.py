@@ -39,6 +39,7 @@ from neuraldbg.records import Hypothesis
 from neuraldbg.sufficiency import MIN_STEPS, hedge
 from neuraldbg.thresholds import ThresholdConfig
 from neuraldbg.trace import Trace
+from neuraldbg.trace_memo import memoized
 
 __all__ = ["FROZEN_CONFIDENCE", "NO_GRADIENT_HINT", "NO_STEP_HINT", "OTHER_PARAMETERS_HINT",
            "PINNED_SHARE", "PINNED_TOLERANCE", "COLLAPSE_FACTOR", "frozen_weights",
@@ -285,7 +286,13 @@ def batchnorm_off(trace: Trace) -> tuple[float, int | None]:
     mode. The step is ``None`` for that reading. When they normalised at first and stopped
     later (:func:`_batchnorm_switch`), the largest factor after the switch and the step it
     began, if that factor is larger. ``(NaN, None)`` without BatchNorm layers to read.
+    Kept with the trace (:func:`neuraldbg.trace_memo.memoized`): the run facts and explain's
+    hint both read it.
     """
+    return memoized(trace, "batchnorm_off", lambda: _batchnorm_off(trace))
+
+
+def _batchnorm_off(trace: Trace) -> tuple[float, int | None]:
     mods, stats_ = trace.modules, trace.stats
     if not len(mods) or not len(stats_) or not {"act_std", "param_norm"} <= set(stats_):
         return float("nan"), None
@@ -293,21 +300,22 @@ def batchnorm_off(trace: Trace) -> tuple[float, int | None]:
     rows = stats_.loc[stats_["module_name"].isin(bn["module_name"])]
     if not len(rows):
         return float("nan"), None
+    params_of = bn.set_index("module_name")["n_params"]
     first = rows.loc[rows["step"] == rows["step"].min()].set_index("module_name")
-    n_params = bn.set_index("module_name")["n_params"].reindex(first.index).to_numpy(float)
+    n_params = params_of.reindex(first.index).to_numpy(float)
     with np.errstate(all="ignore"):
         at_init = (n_params == 0) | (np.abs(first["param_norm"].to_numpy(dtype=float)
                                             / np.sqrt(n_params / 2.0) - 1.0) <= _AT_INIT)
     std = first["act_std"].to_numpy(dtype=float)[at_init]
     std = std[np.isfinite(std) & (std > 0)]
     start = float(np.exp(np.median(np.abs(np.log(std))))) if std.size else float("nan")
-    switch, step = _batchnorm_switch(rows, bn)
+    switch, step = _batchnorm_switch(rows, params_of)
     if math.isfinite(switch) and not start > switch:
         return switch, step
     return start, None
 
 
-def _batchnorm_switch(rows: pd.DataFrame, bn: pd.DataFrame) -> tuple[float, int | None]:
+def _batchnorm_switch(rows: pd.DataFrame, params_of: pd.Series) -> tuple[float, int | None]:
     """The largest scale factor after the BatchNorm layers stopped normalising, and the step.
 
     Per recorded step, ``exp(median over layers of |ln(rms of the output / rms the affine
@@ -316,8 +324,7 @@ def _batchnorm_switch(rows: pd.DataFrame, bn: pd.DataFrame) -> tuple[float, int 
     :data:`BATCHNORM_SWITCH_STEPS` of them, after a first step within it (a run off from
     the start is the first-step reading's). ``(NaN, None)`` without one.
     """
-    channels = rows["module_name"].map(bn.set_index("module_name")["n_params"]).to_numpy(
-        dtype=float) / 2.0
+    channels = rows["module_name"].map(params_of).to_numpy(dtype=float) / 2.0
     with np.errstate(all="ignore"):
         scale = np.where(channels > 0,
                          rows["param_norm"].to_numpy(dtype=float) / np.sqrt(channels), 1.0)

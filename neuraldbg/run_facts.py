@@ -794,15 +794,21 @@ def _grad_accumulation(states: StateTable, weight: np.ndarray, win: FactWindows)
     return float(np.median(growth)) if growth.size else math.nan
 
 
+def _sound_grad_norms(trace: Trace) -> np.ndarray:
+    """The global gradient norms of the steps before the first non-finite or zero one."""
+    g = trace.steps["grad_norm"].to_numpy(dtype=float) if "grad_norm" in trace.steps \
+        else np.zeros(0)
+    ok = np.isfinite(g) & (g > 0)
+    return g[:int(np.argmin(ok)) if not ok.all() else len(g)]
+
+
 def _grad_growth(trace: Trace, n_steps: int, win: FactWindows) -> tuple[float, float, float]:
     """Growth of the global gradient norm: (power-law exponent, R^2, share of steps grown).
 
     Over the first ``n_steps`` steps before any non-finite or zero norm.
     """
-    g = trace.steps["grad_norm"].to_numpy(dtype=float) if "grad_norm" in trace.steps \
-        else np.zeros(0)
-    ok = np.isfinite(g) & (g > 0)
-    n = min(int(np.argmin(ok)) if not ok.all() else len(g), n_steps)
+    g = _sound_grad_norms(trace)
+    n = min(len(g), n_steps)
     if n < win.min_growth_steps:
         return (math.nan, math.nan, math.nan)
     y = np.log(g[:n])
@@ -837,10 +843,7 @@ def _grad_resets(trace: Trace) -> tuple[float, float, float, float]:
     k optimizer steps grows like a running sum between resets and falls back at each: the
     falls land on one period, and the norm grows on most steps.
     """
-    g = trace.steps["grad_norm"].to_numpy(dtype=float) if "grad_norm" in trace.steps \
-        else np.zeros(0)
-    ok = np.isfinite(g) & (g > 0)
-    g = g[:int(np.argmin(ok)) if not ok.all() else len(g)]
+    g = _sound_grad_norms(trace)
     ratio = g[1:] / g[:-1]
     falls = np.flatnonzero(ratio <= _RESET_FALL) + 1
     if len(falls) < 2:
