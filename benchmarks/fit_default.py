@@ -42,6 +42,7 @@ from experiments.runner import zoo_fingerprint
 from neuraldbg.trace import load_trace
 
 __all__ = ["zoo_run_specs", "run_zoo", "zoo_version", "with_family_labels", "load_zoo_traces",
+           "declared_outcome_shown",
            "main"]
 
 _ROOT = Path(__file__).resolve().parent.parent
@@ -168,11 +169,24 @@ def prepare_fit_traces(traces: list[Any], *, manifest_only: bool = False) -> lis
         label = (trace.ground_truth or {}).get("failure_type")
         if label is None:
             continue
-        if manifest_only:
-            if bool(health_report(trace)["healthy"]) != (label == "healthy"):
-                continue
+        if manifest_only and not declared_outcome_shown(trace):
+            continue
         out.append(trace)
     return out
+
+
+def declared_outcome_shown(trace: Any) -> bool:
+    """Does the run show the outcome its ground truth declares, by the zoo's health judgement?
+
+    A run labelled failing that trained healthily (finite loss that fell, no mostly dead or
+    saturated layer: ``experiments.run_statistics.health_report``), or a healthy control
+    that did not, does not: the DeepCrime rule that a fault counts where it manifests,
+    applied per run. The fit leaves such runs out of what it learns from, and the
+    benchmark out of what it scores (a seed of a knife-edge family can train healthily on
+    one processor's rounding and fail on another's).
+    """
+    label = (trace.ground_truth or {}).get("failure_type")
+    return label is not None and bool(health_report(trace)["healthy"]) == (label == "healthy")
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

@@ -421,11 +421,15 @@ class _ZooRuns:
     ----------
     runs : pandas.DataFrame
         One row per run spec: its fields, ``role`` ("score" or "fit"), ``path``,
-        ``finished``, ``architecture`` and ``kind``.
+        ``finished``, ``architecture``, ``kind`` and, for the finished score runs,
+        ``shown``: whether the run shows its declared outcome
+        (:func:`benchmarks.fit_default.declared_outcome_shown`).
     truths : dict of str to dict
         Ground truth of every finished run, by path.
     score, fit : pandas.DataFrame
-        The finished rows of ``runs`` with role "score" / "fit".
+        The finished rows of ``runs`` with role "score" (those that show their declared
+        outcome: a seed whose fault did not manifest has no ground truth to score against)
+        / "fit".
     """
 
     runs: pd.DataFrame
@@ -478,9 +482,19 @@ def _make_zoo_runs(ctx: _Context, fams: list[FamilySpec], fitted: bool) -> _ZooR
               for p in paths if is_finished(p)}
     runs["architecture"] = [truths.get(p, {}).get("architecture") for p in runs["path"]]
     runs["kind"] = [truths.get(p, {}).get("kind") for p in runs["path"]]
+    runs["shown"] = [_shown(p) if role == "score" and done else None
+                     for p, role, done in zip(runs["path"], runs["role"], runs["finished"],
+                                              strict=True)]
     return _ZooRuns(runs=runs, truths=truths,
-                    score=runs[(runs["role"] == "score") & runs["finished"]],
+                    score=runs[(runs["role"] == "score") & runs["shown"].eq(True)],
                     fit=runs[(runs["role"] == "fit") & runs["finished"]])
+
+
+def _shown(path: str) -> bool:
+    """Does a finished zoo run show its declared outcome? (``declared_outcome_shown``)."""
+    from benchmarks.fit_default import declared_outcome_shown
+
+    return declared_outcome_shown(load(path))
 
 
 # --------------------------------------- stage 2: diagnosis + counterfactual re-runs
@@ -757,6 +771,9 @@ def run_benchmark(suite: Suite, out: str | Path, *, executor: Executor | None = 
     outcome = _judge_reruns(ctx, {**cf.specs, **rep_specs})
     notes = {"methods": names, "methods_missing": missing, "zoo_fingerprint": ctx.fingerprint,
              "n_runs": int(len(zoo.runs)), "n_score_runs": int(len(zoo.score)),
+             "unshown_score_runs": sorted(
+                 f"{r['family']}/seed {r['seed']}" for _, r in
+                 zoo.runs[zoo.runs["shown"].eq(False)].iterrows()),
              "n_fit_runs": int(len(zoo.fit)), "n_counterfactual_reruns": len(cf.specs),
              "n_repair_reruns": len(rep_specs),
              "families": [f.name for f in fams], "wall_s": time.perf_counter() - t_start,

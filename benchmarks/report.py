@@ -317,6 +317,15 @@ def make_figures(out: Path, fig_dir: Path | None = None) -> dict[str, Path]:
     return figs
 
 
+def _unshown(notes: dict[str, Any]) -> str:
+    """The scored seeds left out because their declared outcome did not show, in words."""
+    unshown = notes.get("unshown_score_runs") or []
+    if not unshown:
+        return ""
+    return (f" ({len(unshown)} more left out, as their declared outcome did not show by the "
+            f"zoo's health judgement: {', '.join(unshown)})")
+
+
 def write_benchmark_report(metrics: dict[str, Any], out: Path) -> Path:
     """``report.md`` of one benchmark directory (tables and figures)."""
     out = Path(out)
@@ -325,7 +334,8 @@ def write_benchmark_report(metrics: dict[str, Any], out: Path) -> Path:
     notes = metrics.get("notes", {})
     s = metrics.get("suite", {})
     lines = [f"# NeuralDBG benchmark: suite `{s.get('name')}`", "",
-             f"{notes.get('n_score_runs')} scored runs and {notes.get('n_fit_runs')} fitting "
+             f"{notes.get('n_score_runs')} scored runs{_unshown(notes)} and "
+             f"{notes.get('n_fit_runs')} fitting "
              f"runs over {len(notes.get('families', []))} zoo families (score seeds "
              f"{s.get('score_seeds')}, fit seeds {s.get('fit_seeds')}), "
              f"{notes.get('n_counterfactual_reruns')} counterfactual re-runs, "

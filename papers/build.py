@@ -373,6 +373,10 @@ def _limitations(metrics: dict[str, Any]) -> list[str]:
         f"{len(notes.get('families', []))} families; intervals are wide. Proportions carry "
         "exact intervals that treat runs as independent, though runs of one family are "
         "correlated; the other figures resample whole families.",
+        *([f"- Left out of scoring: {', '.join(notes['unshown_score_runs'])}, whose declared "
+           "fault did not show (the zoo's health judgement found a finite loss that fell and "
+           "no mostly dead or saturated layer), as the fit leaves such runs out."]
+          if notes.get("unshown_score_runs") else []),
         "- The baselines are ports from published rule descriptions onto NeuralDBG's "
         "statistics; where the trace lacks a peer's quantity (accuracy, pre-activations) the "
         "nearest recorded one stands in, and a fixed symptom-to-cause table, not the peers, "

@@ -190,6 +190,39 @@ def test_counterfactual_and_repair_reruns_are_real(bench: harness.BenchmarkResul
     assert len(cf) == 0 or cf["actual_outcome"].isin([HEALTHY, *FAILURE_TYPES]).all()
 
 
+def test_only_runs_that_show_their_declared_outcome_are_scored(
+        bench: harness.BenchmarkResult) -> None:
+    runs = bench.runs
+    score = runs[runs["role"] == "score"]
+    assert score["shown"].notna().all()
+    for path, shown in zip(score["path"], score["shown"], strict=True):  # by hand
+        t = load(path)
+        healthy = t.ground_truth["failure_type"] == HEALTHY
+        assert shown == (report_health(t) == healthy)
+    assert set(bench.records["run"]) == set(score.loc[score["shown"].eq(True), "path"])
+    assert bench.notes["unshown_score_runs"] == sorted(
+        f"{r.family}/seed {r.seed}" for r in score[score["shown"].eq(False)].itertuples())
+
+
+def report_health(trace) -> bool:  # noqa: ANN001
+    from experiments.run_statistics import health_report
+
+    return bool(health_report(trace)["healthy"])
+
+
+def test_a_run_that_does_not_show_its_declared_failure_is_not_scored_as_it() -> None:
+    from benchmarks.fit_default import declared_outcome_shown
+    from experiments import run_scenario
+
+    # the fix applied: a run that trains healthily, labelled healthy, shows its outcome...
+    run = run_scenario("softmax_overflow", seed=0, input_scale=1 / 128)
+    assert run.ground_truth["failure_type"] == HEALTHY and declared_outcome_shown(run)
+    # ... and, labelled with the family's failure, does not (a seed on a knife edge)
+    run.meta = {**run.meta, "ground_truth": {**run.ground_truth,
+                                             "failure_type": "loss_divergence"}}
+    assert not declared_outcome_shown(run)
+
+
 def test_finished_runs_are_reused(bench: harness.BenchmarkResult) -> None:
     paths = [Path(p) for p in bench.runs["path"]]
     assert all(is_finished(p) for p in paths)
