@@ -39,7 +39,7 @@ from benchmarks.executor import Executor, LocalExecutor, Task
 from benchmarks.repair import (
     FIX_BY_CAUSE,
     FIX_BY_FAILURE,
-    _best_fix_by_what_if,
+    best_fix_by_what_if,
     suggest_fix,
 )
 from benchmarks.runs import (
@@ -179,7 +179,7 @@ def score_method_on_run(model: DiagnosisMethod, trace: Trace, truth: dict[str, A
     fix = suggest_fix(hyps)
     rec["fix_source"] = "table" if fix else ""
     if fix and callable(getattr(model, "what_if", None)):
-        fix, p = _best_fix_by_what_if(model, trace, hyps)
+        fix, p = best_fix_by_what_if(model, trace, hyps)
         rec["fix_source"] = f"what_if (P(failure) {p:.2f})"
     rec["suggested_fix"] = _json(fix) if fix else ""
     rec["hypotheses"] = _json([h.to_dict() for h in hyps[:10]])

@@ -16,7 +16,7 @@ from benchmarks import metrics as M
 from neuraldbg.knobs import KNOB_NAMES
 from neuraldbg.records import HEALTHY, Hypothesis
 
-__all__ = ["FIX_BY_CAUSE", "FIX_BY_FAILURE", "suggest_fix"]
+__all__ = ["FIX_BY_CAUSE", "FIX_BY_FAILURE", "suggest_fix", "best_fix_by_what_if"]
 
 #: The fix a method's top root cause implies when its hypothesis suggests none itself.
 FIX_BY_CAUSE: dict[str, dict[str, Any]] = {
@@ -70,7 +70,7 @@ def suggest_fix(hyps: list[Hypothesis]) -> dict[str, Any] | None:
         or None
 
 
-def _best_fix_by_what_if(model: Any, trace: Any, hyps: list[Hypothesis]
+def best_fix_by_what_if(model: Any, trace: Any, hyps: list[Hypothesis]
                          ) -> tuple[dict[str, Any], float]:
     """A causal model's own suggestion: of the fixes implied by its three likeliest causes
     (and its top failure type), the one its ``what_if`` gives the lowest P(failure)."""

@@ -19,6 +19,7 @@ import pytest
 
 from benchmarks import harness, report
 from benchmarks.executor import LocalExecutor
+from benchmarks.repair import best_fix_by_what_if
 from benchmarks.runs import is_finished, load
 from benchmarks.suites import SUITES, Suite
 from neuraldbg.methods import register_method
@@ -288,7 +289,7 @@ def test_suggested_fixes() -> None:
     own = Hypothesis("dead_neurons", "unknown", "a", 0, 0.9, {"suggested_fix": {"grad_clip": 2.0}})
     assert harness.suggest_fix([own]) == {"grad_clip": 2.0}
     # a causal model picks, among its causes' fixes, the one its what_if likes best
-    fix, p = harness._best_fix_by_what_if(_WhatIf(), None, hyps)
+    fix, p = best_fix_by_what_if(_WhatIf(), None, hyps)
     assert fix == {"init_scale": 0.1} and p == 0.2
 
 
