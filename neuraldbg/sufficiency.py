@@ -419,16 +419,24 @@ def improved_past_a_stall(trace: Trace, config: ThresholdConfig | None = None) -
     bounds a distillation loss): unless a cause explains that floor (a softmax before the
     cross-entropy), the trace cannot tell it from a failure, and the causal model, fitted
     on stalls that never left their start, read such runs as plateaus of unknown cause at
-    0.91 (a binary task at its Bayes ceiling, its loss 0.69 -> 0.58). ``explain`` applies
-    it to a plateau claimed with ``root_cause="unknown"``.
+    0.91 (a binary task at its Bayes ceiling, its loss 0.69 -> 0.58). The lower quartile
+    of the windows' losses counts too (:attr:`neuraldbg.events.LossDynamics.lower_improvement`:
+    a median can sit on the batches that hold a few bad labels). ``explain`` applies it to
+    a plateau claimed with ``root_cause="unknown"``.
     """
     cfg = config or ThresholdConfig()
-    settled = loss_dynamics(trace, cfg).settled
-    if not settled >= cfg.plateau_improvement:  # (NaN: too short to tell)
-        return None
-    return (f"the loss fell by {settled:.0%} over the run, more than "
-            f"the {cfg.plateau_improvement:.0%} a stall allows: it may have reached its "
-            "task's floor")
+    dyn = loss_dynamics(trace, cfg)
+    if dyn.settled >= cfg.plateau_improvement:
+        return (f"the loss fell by {dyn.settled:.0%} over the run, more than "
+                f"the {cfg.plateau_improvement:.0%} a stall allows: it may have reached its "
+                "task's floor")
+    if dyn.lower_improvement >= cfg.plateau_improvement:  # (NaN: too short to tell)
+        return (f"the lower quartile of the minibatch losses fell by "
+                f"{dyn.lower_improvement:.0%} over the run, more than the "
+                f"{cfg.plateau_improvement:.0%} a stall allows (their median "
+                f"{'fell' if dyn.improvement >= 0 else 'rose'} by {abs(dyn.improvement):.0%}: "
+                "some batches learn while others, a few bad labels in them, hold it)")
+    return None
 
 
 #: Share of its early fall a settled loss may climb back by its last window (minibatch
