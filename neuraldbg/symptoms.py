@@ -184,10 +184,15 @@ class SymptomWeights:
         ``impact = floor + stall_weight x stall`` for vanishing gradients, dead units and a
         gradient explosion that did not blow the loss up: such a failure matters when it
         stalls the loss, but is a real fault (0.4) even when the loss still moves.
-    full_dead_share, full_dead_span : float, default=0.9, 0.1
+    full_dead_share, full_dead_span : float, default=0.8, 0.2
         A layer more than ``full_dead_share`` dead counts as a stall: the stall term grows
         linearly from 0 at that share to 1 at ``share + span`` (all units dead), since a
-        layer that dead passes almost no signal whatever the loss does yet.
+        layer that dead passes little signal whatever the loss does yet. From 0.8 rather
+        than 0.9: the zoo's dead_relu_high_lr kills 87-94% of its layer from step 3 while
+        the loss still falls to a third, and on those runs the term started at the edge
+        (0.39-0.57 for the rules, a healthy verdict on 2 of 5 seeds); healthy runs with
+        dead units stay below 0.8 (at most 0.78 in the zoo's fixed twins, 0.73 in a new
+        user's 356 healthy runs).
     saturation_impact_floor, saturation_impact_gain : float, default=0.6, 0.4
         ``impact = floor + gain x max(stall, present from the first step)`` for saturation:
         saturated units train slowly even when the loss still moves, so the floor is higher
@@ -220,8 +225,8 @@ class SymptomWeights:
     consistency_gain: float = 0.5
     impact_floor: float = 0.4
     impact_stall: float = 0.6
-    full_dead_share: float = 0.9
-    full_dead_span: float = 0.1
+    full_dead_share: float = 0.8
+    full_dead_span: float = 0.2
     saturation_impact_floor: float = 0.6
     saturation_impact_gain: float = 0.4
     recurring_spike_episodes: float = 2.0

@@ -31,7 +31,7 @@ def test_register_a_custom_method_and_pass_an_instance():
 
     try:
         register_method("always_plateau_test")(Always)
-        trace = make_trace(["Linear"], 25, loss=[1.0] * 25)  # a flat loss, long enough to stall
+        trace = make_trace(["Linear"], 60, loss=[1.0] * 60)  # a flat loss, long enough to stall
         assert ndb.explain(trace, "always_plateau_test")[0].confidence == 0.7
         assert ndb.explain(trace, Always())[0].failure_type == "training_plateau"
         assert "always_plateau_test" in available_methods()
