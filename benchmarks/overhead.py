@@ -19,6 +19,10 @@ growth per 1,000 steps while streaming a trace to disk.
 
 from __future__ import annotations
 
+from benchmarks import native_cpu_paths
+
+native_cpu_paths()  # timed as a user's training runs: before numpy and torch load
+
 import argparse
 import collections
 import copy
