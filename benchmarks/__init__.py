@@ -22,9 +22,9 @@ def native_cpu_paths() -> None:
     an AMD EPYC, which makes every training step slower and a capture overhead, a ratio to
     it, look smaller than users will see (measured on that machine, MLP 6 x 256: pinned, a
     bare step of 7.0-8.1 ms and an overhead of 1.17x every step and 1.03x every 16; on the
-    processor's own paths, 4.0-4.3 ms and 1.28x and 1.07x). Call it before the command imports numpy or runs a torch operation (each
-    library reads its variable then); it removes each pinned variable whose value is the
-    pin's.
+    processor's own paths, 4.0-4.3 ms and 1.28x and 1.07x). Call it before the command
+    imports numpy or runs a torch operation (each library reads its variable then); it
+    removes each pinned variable whose value is the pin's.
     """
     for name, value in PINNED_ENV.items():
         if os.environ.get(name) == value:

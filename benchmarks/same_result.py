@@ -2,9 +2,9 @@
 
 ``A`` and ``B`` are ``metrics.json`` files or the benchmark directories holding them
 (``results/default``). Everything is compared exactly except the ``timings`` key (wall and
-CPU seconds, worker count, backend), the processor's name and ``provenance.commit`` / ``provenance.uncommitted_changes``
-when ``--ignore-commit`` is given; with directories, ``report.md`` is compared byte for byte
-too. Prints each difference as ``path: a != b`` and exits 1 if there is any, else 0.
+CPU seconds, worker count, backend), the processor's name and, when ``--ignore-commit`` is
+given, ``provenance.commit`` / ``provenance.uncommitted_changes``; with directories,
+``report.md`` is compared byte for byte too. Prints each difference as ``path: a != b`` and exits 1 if there is any, else 0.
 
 Examples
 --------
