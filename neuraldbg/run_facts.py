@@ -362,7 +362,7 @@ def gather_facts(trace: Trace, states: StateTable, dyn: LossDynamics,
         recurrent=any(t in _RECURRENT for t in types),
         grad_clip=clip if clip and clip > 0 else None, n_weight_layers=int(weight.sum()),
         config=cfg_run, grad_growth=_grad_growth(trace, states.config.grad_sum_steps, win),
-        grad_resets=_grad_resets(trace),
+        grad_resets=_grad_resets(trace, states.config.grad_reset_fall),
         loss_improved=_loss_improved(trace, win), output_type=types[-1] if types else "",
         output_dead=_output_dead(states),
         **_symmetry(trace, states.config.row_diversity_low),
@@ -832,20 +832,17 @@ def _output_dead(states: StateTable) -> float:
     return float(dead.max()) if len(dead) else math.nan
 
 
-#: A fall of the global gradient norm: to this share of the step before or less.
-_RESET_FALL = 0.5
-
-
-def _grad_resets(trace: Trace) -> tuple[float, float, float, float]:
+def _grad_resets(trace: Trace, fall: float) -> tuple[float, float, float, float]:
     """Periodic falls of the global gradient norm: (period, falls on it, their share, grown).
 
     Over the steps before any non-finite or zero norm. A gradient that is reset only every
     k optimizer steps grows like a running sum between resets and falls back at each: the
-    falls land on one period, and the norm grows on most steps.
+    falls land on one period, and the norm grows on most steps. A fall is a step whose norm
+    is ``fall`` times the step before's or less (``ThresholdConfig.grad_reset_fall``).
     """
     g = _sound_grad_norms(trace)
     ratio = g[1:] / g[:-1]
-    falls = np.flatnonzero(ratio <= _RESET_FALL) + 1
+    falls = np.flatnonzero(ratio <= fall) + 1
     if len(falls) < 2:
         return (math.nan, math.nan, math.nan, math.nan)
     gaps, counts = np.unique(np.diff(falls), return_counts=True)

@@ -219,9 +219,13 @@ class ThresholdConfig:
         only every k steps (:func:`~neuraldbg.cause_evidence.periodic_reset_support`): over
         two or three steps a pile-up barely grows, and a blown-up rate's oscillating norm
         can fall every third step (a regression at lr 0.5 did).
+    grad_reset_fall : float, default=0.5
+        A fall of the global gradient norm: to this share of the step before or less. A reset
+        after k steps of a pile-up leaves one step's gradient of the k summed, a fall to 1/k
+        at most; 0.5 takes every k >= 2 (the period rule asks k >= 4).
     grad_reset_falls : int, default=3
-        Falls of the global gradient norm (to half or less in one step) on that period:
-        three resets are a pattern, not a coincidence.
+        Falls of the global gradient norm (``grad_reset_fall``) on that period: three resets
+        are a pattern, not a coincidence.
     grad_reset_aligned : float, default=0.75
         Share of all falls that land on the period.
     grad_reset_monotone : float, default=0.6
@@ -313,6 +317,7 @@ class ThresholdConfig:
     grad_accumulation_monotone: float = 0.6
     grad_accumulation_growth: float = 10.0
     grad_reset_period: int = 4
+    grad_reset_fall: float = 0.5
     grad_reset_falls: int = 3
     grad_reset_aligned: float = 0.75
     grad_reset_monotone: float = 0.6
