@@ -398,11 +398,12 @@ class Recorder:
         """
         self._backward_done = False        # a backward reached the sentinel in the open step
         self._scale: torch.Tensor | None = None
+        # (attributes tested rather than len(): this runs every step, on cold caches)
         if self._output_losses:
             self._output_losses = []
-        if len(self._batch):
+        if self._batch.calls:
             self._batch.reset()
-        if len(self._out_grads):
+        if self._out_grads.modules:
             self._out_grads.reset()
 
     def _node_grad_hook(self, idx: int, row: int, nr: int, grad_outputs: Any) -> None:
@@ -519,7 +520,7 @@ class Recorder:
             self._meter.before_update(slot, recorded=self._recording, snapshot=False)
         elif self._optimizers and not self._stepped and not self._measured:
             self._lr = read_lr(self._optimizers[0])  # a skipped step: nothing was measured
-        if len(self._batch) or len(self._out_grads):
+        if self._batch.calls or self._out_grads.modules:
             self._add_queued(slot)
         self._log.append(self._step, self._lr, self._loss, self._recording, complete,
                          bool(self._stepped) or not self._optimizers)

@@ -53,7 +53,7 @@ class LossProbe:
                 f"dbg.step(loss) expects a scalar loss, got a tensor of shape "
                 f"{tuple(loss.shape)}. Pass the reduced loss (e.g. loss.mean())."
             )
-        if loss.device.type == "cpu":
+        if loss.is_cpu:
             # ``tolist`` reads the CPU tensor's memory: no aten op, no detach, and no numpy
             # call (each costs tens of microseconds on a training step's cold caches)
             value = loss.tolist()

@@ -60,16 +60,14 @@ class StepLog:
         # tens of microseconds on a training step's cold caches.
         self.den_parts: list[tuple[np.ndarray | None, np.ndarray | None] | None] = \
             [None] * capacity
-        self.steps: list[int] = []
-        self.lr: list[float | torch.Tensor] = []
-        self.loss: list[float | torch.Tensor] = []  # host value, or the device tensor
-        self.recorded: list[bool] = []
-        self.complete: list[bool] = []
-        self.stepped: list[bool] = []
+        # Per logged step, one tuple (one append per step: this runs on cold caches):
+        # step, lr, loss (host value, or the device tensor), recorded, complete, stepped.
+        self.scalars: list[tuple[int, float | torch.Tensor, float | torch.Tensor, bool, bool,
+                                 bool]] = []
 
     def __len__(self) -> int:
         """Number of logged steps."""
-        return len(self.steps)
+        return len(self.scalars)
 
     def set_den(self, slot: int, activations: np.ndarray | None,
                 grads: np.ndarray | None) -> None:
@@ -97,12 +95,7 @@ class StepLog:
     def append(self, step: int, lr: float | torch.Tensor, loss: float | torch.Tensor,
                recorded: bool, complete: bool, stepped: bool = True) -> None:
         """The scalars of the step whose statistics went into row ``len(self)``."""
-        self.steps.append(step)
-        self.lr.append(lr)
-        self.loss.append(loss)
-        self.recorded.append(recorded)
-        self.complete.append(complete)
-        self.stepped.append(stepped)
+        self.scalars.append((step, lr, loss, recorded, complete, stepped))
 
     def drain(self, n: int, meter: ParamMeter) -> Chunk:
         """Columns of ``trace.steps`` and ``trace.stats`` for the first ``n`` steps; reset them."""
@@ -114,7 +107,8 @@ class StepLog:
                              for t in (self.act[:n], self.max[:n], self.grad[:n])]
             for buf in (self.act, self.max, self.grad):
                 buf[:n].zero_()
-            losses = self.loss[:n]
+            step_ids, rates, losses, rec_flags, complete, stepped = \
+                (list(col) for col in zip(*self.scalars[:n], strict=True))
             on_device = [i for i, v in enumerate(losses) if isinstance(v, torch.Tensor)]
             loss = np.asarray([float("nan") if isinstance(v, torch.Tensor) else v
                                for v in losses], dtype=np.float64)
@@ -122,25 +116,23 @@ class StepLog:
                 tensors = [v for v in losses if isinstance(v, torch.Tensor)]  # on_device order
                 loss[on_device] = torch.stack(tensors).to("cpu", torch.float64).numpy()
         den = self._den(n)
-        steps_arr = np.asarray(self.steps[:n], dtype=np.int64)
-        recorded = np.asarray(self.recorded[:n], dtype=bool)
+        steps_arr = np.asarray(step_ids, dtype=np.int64)
+        recorded = np.asarray(rec_flags, dtype=bool)
         with np.errstate(divide="ignore", invalid="ignore"):
             update_ratio = totals[:, 2] / totals[:, 1]
         steps = {
             "step": steps_arr,
             "loss": loss,
-            "lr": np.asarray([float(v) for v in self.lr[:n]], dtype=np.float64),
+            "lr": np.asarray([float(v) for v in rates], dtype=np.float64),
             "grad_norm": totals[:, 0],
             "param_norm": totals[:, 1],
             "update_norm": totals[:, 2],
             "update_ratio": update_ratio,
             "recorded": recorded,
-            "complete": np.asarray(self.complete[:n], dtype=bool),
-            "stepped": np.asarray(self.stepped[:n], dtype=bool),
+            "complete": np.asarray(complete, dtype=bool),
+            "stepped": np.asarray(stepped, dtype=bool),
         }
-        for lst in (self.steps, self.lr, self.recorded, self.complete, self.stepped,
-                    self.loss):
-            del lst[:n]
+        del self.scalars[:n]
         rec = np.flatnonzero(recorded)
         stats = finish_module_stats(
             steps_arr[rec], self.names, act[rec, :n_mod], mx[rec, :n_mod], den[rec, :n_mod],

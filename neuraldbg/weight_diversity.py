@@ -9,12 +9,14 @@ matrix (``ndim >= 2``, more than one row) of a monitored module, ::
 
     diversity = mean over columns of std over rows / rms of the matrix
 
-0 when every row is the same, ~1 for a random initialisation. It is computed on the device
-when the capture is entered (before any update) and at flushes (the capture's existing
-host synchronisation, where the values of enter are brought over too), never on the
-training path. Of the flushes the capture schedules every ``flush_every`` steps, the first
-few and then the 4th, 8th, 16th, ... measure (a long run keeps only those and the latest);
-the flush at exit and one for a read of the trace always do. A large matrix is measured on
+0 when every row is the same, ~1 for a random initialisation. Its moments (per column, the
+variance and the mean over rows: one reduction per matrix) are taken on the device when the
+capture is entered (before any update) and at flushes, and the ratio is formed on the host
+at the flush (the capture's existing host synchronisation, where the values of enter are
+brought over too), never on the training path. Of the flushes the capture schedules every
+``flush_every`` steps, the first few and then the 4th, 8th, 16th, ... measure (a long run
+keeps only those and the latest); the flush at exit and one for a read of the trace always
+do. A large matrix is measured on
 an evenly strided grid of at most ``MAX_ROWS x MAX_COLUMNS`` of its entries: copies stay
 copies on any subset of rows and columns (0 exactly), and a random matrix reads about 1 on
 any sizeable one, so the verdict does not change while a flush of a model with several
@@ -25,8 +27,10 @@ and at the latest one, in ``trace.meta["weight_diversity"]``.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -39,8 +43,31 @@ _TINY = 1e-30
 MAX_ROWS, MAX_COLUMNS = 256, 64
 
 
-def row_diversity(weight: torch.Tensor) -> torch.Tensor:
-    """Mean over columns of the std over rows, over the rms: a 0-d tensor on the device.
+def _grid(weight: torch.Tensor) -> torch.Tensor:
+    """The measured grid of a matrix or kernel (a kernel's trailing dims flattened).
+
+    A strided view of at most ``MAX_ROWS x MAX_COLUMNS`` of its entries.
+    """
+    w = weight.detach().reshape(weight.shape[0], -1)
+    rows, cols = w.shape
+    return w[::-(-rows // MAX_ROWS), ::-(-cols // MAX_COLUMNS)]
+
+
+def _moments(grid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per column of the grid, the variance and the mean over rows (one reduction)."""
+    return torch.var_mean(grid if grid.dtype == torch.float32 else grid.float(), dim=0,
+                          correction=0)
+
+
+def _ratio(var: np.ndarray, mean: np.ndarray) -> float:
+    """Mean over columns of the std, over the rms of the grid (``rms^2 = mean(var + mean^2)``)."""
+    var, mean = np.maximum(var.astype(np.float64), 0.0), mean.astype(np.float64)
+    rms = math.sqrt(float(np.mean(var + mean * mean)))
+    return float(np.mean(np.sqrt(var))) / max(rms, _TINY)
+
+
+def row_diversity(weight: torch.Tensor) -> float:
+    """Mean over columns of the std over rows, over the rms of the matrix.
 
     Parameters
     ----------
@@ -49,11 +76,9 @@ def row_diversity(weight: torch.Tensor) -> torch.Tensor:
         ``MAX_ROWS x MAX_COLUMNS`` (a kernel's trailing dims flattened) is measured on an
         evenly strided grid of that many rows and columns.
     """
-    w = weight.detach().reshape(weight.shape[0], -1)
-    rows, cols = w.shape
-    w = w[::-(-rows // MAX_ROWS), ::-(-cols // MAX_COLUMNS)].float()
-    spread = w.std(dim=0, unbiased=False).mean()
-    return spread / w.square().mean().sqrt().clamp_min(_TINY)
+    with torch.no_grad():
+        var, mean = _moments(_grid(weight))
+        return _ratio(var.cpu().numpy(), mean.cpu().numpy())
 
 
 class WeightDiversity:
@@ -70,30 +95,54 @@ class WeightDiversity:
 
     def __init__(self, leaves: list[tuple[str, nn.Module]]) -> None:
         self._names: list[str] = []
-        self._matrices: list[list[torch.Tensor]] = []
+        self._matrices: list[torch.Tensor] = []
+        self._module_of: list[int] = []  # row in ``_names`` of each matrix
         for name, mod in leaves:
             mats: list[torch.Tensor] = [p for p in mod.parameters(recurse=False)
                                         if p.ndim >= 2 and p.shape[0] > 1]
             if mats:
+                self._module_of += [len(self._names)] * len(mats)
                 self._names.append(name)
-                self._matrices.append(mats)
-        self._pending: list[tuple[int, torch.Tensor]] = []
+                self._matrices += mats
+        # (step, moments, columns of each matrix's grid) measured, not yet on the host
+        self._pending: list[tuple[int, torch.Tensor, tuple[int, ...]]] = []
         self._points: list[tuple[int, list[float]]] = []
         self._last: tuple[int, list[float]] | None = None
         self._periodic = 0  # scheduled flushes seen
+        # the grid views, made once while every matrix keeps its storage
+        self._grids: tuple[tuple[int, ...], list[torch.Tensor]] | None = None
 
-    def _measure(self) -> torch.Tensor | None:
+    def _measure(self, step: int) -> tuple[int, torch.Tensor, tuple[int, ...]] | None:
+        """Every matrix's per-column variances and means, concatenated on the device.
+
+        One reduction per matrix and one concatenation, whatever the matrices' sizes.
+        """
         if not self._names:
             return None
+        ptrs = tuple(m.data_ptr() for m in self._matrices)
         with torch.no_grad():
-            return torch.stack([torch.stack([row_diversity(m) for m in mats]).min()
-                                for mats in self._matrices])
+            if self._grids is None or self._grids[0] != ptrs:
+                self._grids = (ptrs, [_grid(m) for m in self._matrices])
+            grids = self._grids[1]
+            return (int(step), torch.cat([t for g in grids for t in _moments(g)]),
+                    tuple(g.shape[1] for g in grids))
+
+    def _diversities(self, moments: torch.Tensor, columns: tuple[int, ...]) -> list[float]:
+        """Each module's smallest row diversity, from the moments of :meth:`_measure`."""
+        host = moments.cpu().numpy()
+        out = [math.inf] * len(self._names)
+        start = 0
+        for cols, module in zip(columns, self._module_of, strict=True):
+            var, mean = host[start:start + cols], host[start + cols:start + 2 * cols]
+            start += 2 * cols
+            out[module] = min(out[module], _ratio(var, mean))
+        return out
 
     def snapshot(self, step: int) -> None:
         """Measure now on the device; the values reach the host at the next :meth:`flush`."""
-        values = self._measure()
-        if values is not None:
-            self._pending.append((int(step), values))
+        measured = self._measure(step)
+        if measured is not None:
+            self._pending.append(measured)
 
     def flush(self, step: int, *, periodic: bool = False) -> bool:
         """Bring pending values to the host and measure the weights at ``step``.
@@ -101,7 +150,7 @@ class WeightDiversity:
         A ``periodic`` flush (one the capture schedules every ``flush_every`` steps)
         measures only while the first points fill and then at every power-of-two-th one:
         the points between would be dropped anyway, and each costs a pass over the
-        weights (about 0.9 ms per flush on the overhead benchmark's MLP, ~9 us per step).
+        weights' grids.
 
         Returns
         -------
@@ -115,9 +164,9 @@ class WeightDiversity:
             self._periodic += 1
             k = self._periodic
             measure = k <= _FIRST_POINTS or k & (k - 1) == 0
-        now = self._measure() if measure else None
-        for s, values in [*self._pending, *([(int(step), now)] if now is not None else [])]:
-            point = (s, [float(v) for v in values.cpu().tolist()])
+        now = self._measure(step) if measure else None
+        for s, values, columns in [*self._pending, *([now] if now is not None else [])]:
+            point = (s, self._diversities(values, columns))
             if len(self._points) < _FIRST_POINTS + 1 and all(p[0] != s for p in self._points):
                 self._points.append(point)
             self._last = point
