@@ -21,7 +21,8 @@ names are there too):
 
 - ``grad[b]@t`` in :data:`GRAD_STATES`: gradient health of block ``b`` in slice ``t``, from
   the mean log10 parameter-gradient norm (output-gradient norm for blocks without
-  parameters).
+  parameters); ``exploding`` when it is huge or has grown by ``explode_growth`` decades
+  since the block's early level.
 - ``act[b]@t`` in :data:`ACT_STATES`: activation health from dead-unit and saturation shares
   of the block's activation modules and from non-finite or huge outputs.
 - ``loss@t`` in :data:`LOSS_STATES`: the loss in slice ``t`` against its start.
@@ -351,9 +352,33 @@ def _block_states(trace: Trace, blocks: tuple[tuple[str, ...], ...], bounds: lis
     def at(arr: np.ndarray, t: int, b: int) -> float:
         return float(arr[t * n_b + b])
 
+    # An explosion grows from the lower of the block's first-slice level and its early level
+    # (its gradient over the first recorded steps, as many as early_median takes): the
+    # first slice's mean already holds part of a growth that starts at once (a missing
+    # zero_grad sums the gradients from step 1), and the early level of a recurrence whose
+    # gradients fall after the first steps sits above its first slice. A block that starts
+    # below the vanishing line grows from that line, not from zero.
+    rec = np.unique(stats["step"].to_numpy())
+    early = np.isin(stats["step"].to_numpy(), rec[:max(3, len(rec) // 50)]) & ~bad & (blk >= 0)
+    blk_idx = np.maximum(blk, 0)
+
+    def block_mean(values: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        w = mask & early & np.isfinite(values)
+        s = np.bincount(blk_idx, weights=np.where(w, values, 0.0), minlength=n_b)
+        c = np.bincount(blk_idx, weights=w.astype(float), minlength=n_b)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return s / c, c
+
+    e_param, e_n = block_mean(log10_abs(pg), weighted & np.isfinite(pg))
+    e_out, _ = block_mean(log10_abs(og), np.isfinite(og))
+    g_early = np.where(e_n > 0, e_param, e_out)
+
     for b in range(n_b):
         g_first = next((at(g, t, b) for t in range(n_t) if np.isfinite(at(g, t, b))
                         and at(n_bad, t, b) == 0), float("nan"))
+        if np.isfinite(g_early[b]):
+            early_level = max(float(g_early[b]), bins.vanish_abs)
+            g_first = early_level if not np.isfinite(g_first) else min(g_first, early_level)
         g_states, a_states, observed = [], [], []
         for t in range(n_t):
             observed.append(at(n_obs, t, b) > 0)

@@ -42,25 +42,30 @@ def held_out_bug() -> tuple[ProbabilisticReasoner, ndb.Trace]:
 
 
 def test_a_failing_runs_cause_is_conditioned_on_the_run_failing(held_out_bug) -> None:
-    """Adam on gradients summed over an epoch: the loss stalls while the layer statistics
-    look healthy, so the network leaves most of the plateau's joint mass on the root cause
-    of a healthy run ("none"); the rules name the bug. That mass is no evidence for any
-    cause: conditioned on the run failing, the bug is named (it was "unknown" at 0.75, the
-    bug at 0.08)."""
+    """Adam on gradients summed over an epoch: the loss stalls while the gradients grow.
+    Fitted on three families, the network splits the failure between a plateau and
+    exploding gradients and leaves part of each type's joint mass on the root cause of a
+    healthy run ("none"); the rules name the bug. That mass is no evidence for any cause:
+    conditioned on the run failing, the bug is named (it was "unknown" at 0.75, the bug at
+    0.08, when the gradient states still read the growth as healthy and the type was a
+    plateau alone)."""
     model, trace = held_out_bug
     hyps = model.explain(trace)
     top = hyps[0]
-    assert (top.root_cause, top.failure_type) == ("missing_zero_grad", "training_plateau"), \
-        hyps[:3]
+    assert top.root_cause == "missing_zero_grad", hyps[:3]
+    assert top.failure_type in ("training_plateau", "exploding_gradients"), hyps[:3]
     assert top.confidence >= 0.5
-    # the raw joint put most of the failure on "none": the claim is P(failure) x P(cause |
-    # failure, the run fails), above the raw joint and never above the failure's posterior
-    assert top.metadata["p_joint"] < 0.5 <= top.confidence <= top.metadata["p_failure_type"]
+    # the claim is P(failure) x P(cause | failure, the run fails): above the raw joint, and
+    # never above the failure's posterior (the type's own, or P(any failure) where the
+    # evidence splits the failure over types none of which reaches 0.5)
+    ceiling = max(top.metadata["p_failure_type"], top.metadata.get("p_failure_claimed", 0.0))
+    assert top.metadata["p_joint"] < top.confidence <= ceiling + 1e-9
     assert top.metadata["p_root_cause_given_failure"] >= 0.5
     assert "none" not in {h.root_cause for h in hyps}
     for ft in {h.failure_type for h in hyps}:
-        mine = [h for h in hyps if h.failure_type == ft and h.root_cause != "unknown"]
-        assert sum(h.confidence for h in mine) <= mine[0].metadata["p_failure_type"] + 1e-9
+        mine = [h for h in hyps[1:] if h.failure_type == ft and h.root_cause != "unknown"]
+        if mine:
+            assert sum(h.confidence for h in mine) <= mine[0].metadata["p_failure_type"] + 1e-9
 
 
 def test_cause_given_failure_sets_the_healthy_runs_cause_aside() -> None:
