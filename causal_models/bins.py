@@ -61,9 +61,9 @@ class Bins:
     vanish_rel : float
         ... or more than this many decades below the output block's in the same slice.
     explode_growth : float
-        A block whose gradient grew by more than this many decades is ``exploding``: above
-        the lower of its first slice's level and its early level (the first recorded
-        steps), as the onset's 100x (2 decades) over the early median ...
+        A block whose gradient grew by more than this many decades since its first slice is
+        ``exploding`` (in a run whose global gradient norm surged ``grad_spike`` x, since
+        the lower of that and its early level, the first recorded steps) ...
     explode_abs : float
         ... or whose mean log10 gradient norm exceeds this (1e3).
     dead_frac : float

@@ -22,7 +22,7 @@ names are there too):
 - ``grad[b]@t`` in :data:`GRAD_STATES`: gradient health of block ``b`` in slice ``t``, from
   the mean log10 parameter-gradient norm (output-gradient norm for blocks without
   parameters); ``exploding`` when it is huge or has grown by ``explode_growth`` decades
-  since the block's early level.
+  (from its first slice, or from its early level in a run whose gradient surged 100x).
 - ``act[b]@t`` in :data:`ACT_STATES`: activation health from dead-unit and saturation shares
   of the block's activation modules and from non-finite or huge outputs.
 - ``loss@t`` in :data:`LOSS_STATES`: the loss in slice ``t`` against its start.
@@ -112,16 +112,25 @@ def _locate_onset(steps: pd.DataFrame, bins: Bins) -> tuple[int | None, int | No
     nonfinite = int(step[np.argmax(bad)]) if bad.any() else None
     if nonfinite is not None:
         hits.append(nonfinite)
-    l0, g0 = early_median(loss, n), early_median(gnorm, n)
+    l0 = early_median(loss, n)
     if np.isfinite(l0) and l0 > 0:
         spike = np.isfinite(loss) & (loss > bins.spike_factor * l0)
         if spike.any():
             hits.append(int(step[np.argmax(spike)]))
-    if np.isfinite(g0) and g0 > 0:
-        spike = np.isfinite(gnorm) & (gnorm > bins.grad_spike * g0)
-        if spike.any():
-            hits.append(int(step[np.argmax(spike)]))
+    surge = _gradient_surge(steps, bins)
+    if surge is not None:
+        hits.append(surge)
     return (min(hits) if hits else None), nonfinite
+
+
+def _gradient_surge(steps: pd.DataFrame, bins: Bins) -> int | None:
+    """First step whose global gradient norm is ``grad_spike`` x its early median, or None."""
+    gnorm = steps["grad_norm"].to_numpy(dtype=float)
+    g0 = early_median(gnorm, len(gnorm))
+    if not (np.isfinite(g0) and g0 > 0):
+        return None
+    spike = np.isfinite(gnorm) & (gnorm > bins.grad_spike * g0)
+    return int(steps["step"].to_numpy()[np.argmax(spike)]) if spike.any() else None
 
 
 def _slice_bounds(n_steps: int, onset: int | None, nonfinite: int | None, n_slices: int,
@@ -352,33 +361,24 @@ def _block_states(trace: Trace, blocks: tuple[tuple[str, ...], ...], bounds: lis
     def at(arr: np.ndarray, t: int, b: int) -> float:
         return float(arr[t * n_b + b])
 
-    # An explosion grows from the lower of the block's first-slice level and its early level
-    # (its gradient over the first recorded steps, as many as early_median takes): the
-    # first slice's mean already holds part of a growth that starts at once (a missing
-    # zero_grad sums the gradients from step 1), and the early level of a recurrence whose
-    # gradients fall after the first steps sits above its first slice. A block that starts
-    # below the vanishing line grows from that line, not from zero.
-    rec = np.unique(stats["step"].to_numpy())
-    early = np.isin(stats["step"].to_numpy(), rec[:max(3, len(rec) // 50)]) & ~bad & (blk >= 0)
-    blk_idx = np.maximum(blk, 0)
-
-    def block_mean(values: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        w = mask & early & np.isfinite(values)
-        s = np.bincount(blk_idx, weights=np.where(w, values, 0.0), minlength=n_b)
-        c = np.bincount(blk_idx, weights=w.astype(float), minlength=n_b)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            return s / c, c
-
-    e_param, e_n = block_mean(log10_abs(pg), weighted & np.isfinite(pg))
-    e_out, _ = block_mean(log10_abs(og), np.isfinite(og))
-    g_early = np.where(e_n > 0, e_param, e_out)
+    # Where the run's gradient grew 100x (the onset's surge), each block's growth counts from
+    # its early level too; elsewhere a block that starts low and catches up with the others
+    # (a constant initialisation's hidden layers, 1e-4.7 -> 1e-2.4 under an output at 1e-1)
+    # is no explosion
+    g_early = (_early_levels(stats["step"].to_numpy(), blk, log10_abs(pg),
+                             weighted & np.isfinite(pg), log10_abs(og), np.isfinite(og), bad,
+                             n_b, bins)
+               if _gradient_surge(trace.steps, bins) is not None else np.full(n_b, np.nan))
 
     for b in range(n_b):
         g_first = next((at(g, t, b) for t in range(n_t) if np.isfinite(at(g, t, b))
                         and at(n_bad, t, b) == 0), float("nan"))
+        # an explosion grows from the lower of the first slice's level and the early one:
+        # the first slice's mean already holds part of a growth that starts at once (a
+        # missing zero_grad sums the gradients from step 1), and the early level of a
+        # recurrence whose gradients fall after the first steps sits above its first slice
         if np.isfinite(g_early[b]):
-            early_level = max(float(g_early[b]), bins.vanish_abs)
-            g_first = early_level if not np.isfinite(g_first) else min(g_first, early_level)
+            g_first = g_early[b] if not np.isfinite(g_first) else min(g_first, g_early[b])
         g_states, a_states, observed = [], [], []
         for t in range(n_t):
             observed.append(at(n_obs, t, b) > 0)
@@ -397,3 +397,36 @@ def _block_states(trace: Trace, blocks: tuple[tuple[str, ...], ...], bounds: lis
         for t in range(n_t):
             states[slice_node("grad", t, b)] = g_states[t]
             states[slice_node("act", t, b)] = a_states[t]
+
+
+def _early_levels(step: np.ndarray, blk: np.ndarray, log_param: np.ndarray,
+                  param_ok: np.ndarray, log_out: np.ndarray, out_ok: np.ndarray,
+                  bad: np.ndarray, n_b: int, bins: Bins) -> np.ndarray:
+    """Each block's early gradient level (log10), NaN where no early step counts.
+
+    The median of its level over the first recorded steps (as many as
+    :func:`early_median` takes). A block's level at a step is the mean log10 norm of its
+    parameter gradients (its output gradients without parameters), as in the slices. A step
+    where the block is vanishing (below ``vanish_abs``, or ``vanish_rel`` decades under the
+    output block at that step) gives no baseline: the hidden gradients of a constant
+    initialisation cancel to ~1e-9 at step 0.
+    """
+    rec = np.unique(step)
+    early = np.isin(step, rec[:max(3, len(rec) // 50)]) & ~bad & (blk >= 0)
+    out = np.full(n_b, np.nan)
+    if not early.any():
+        return out
+    frame = pd.DataFrame({"step": step[early], "blk": blk[early],
+                          "param": np.where(param_ok[early], log_param[early], np.nan),
+                          "out": np.where(out_ok[early], log_out[early], np.nan)})
+    means = frame.groupby(["step", "blk"])[["param", "out"]].mean()
+    level = means["param"].fillna(means["out"]).unstack("blk").reindex(columns=range(n_b))
+    values = level.to_numpy(dtype=float)
+    ref = values[:, [n_b - 1]]
+    with np.errstate(invalid="ignore"):
+        counts = (values >= bins.vanish_abs) & ~(values - ref < bins.vanish_rel)
+    for b in range(n_b):
+        ok = counts[:, b] & np.isfinite(values[:, b])
+        if ok.any():
+            out[b] = float(np.median(values[ok, b]))
+    return out
