@@ -97,8 +97,12 @@ def slice_node(kind: str, t: int, block: int | None = None) -> str:
     return f"{kind}@{t}" if block is None else f"{kind}[{block}]@{t}"
 
 
-def _locate_onset(steps: pd.DataFrame, bins: Bins) -> tuple[int | None, int | None]:
-    """(first anomaly step, first non-finite step); either may be None."""
+def _locate_onset(steps: pd.DataFrame, bins: Bins, surge: int | None
+                  ) -> tuple[int | None, int | None]:
+    """(first anomaly step, first non-finite step); either may be None.
+
+    ``surge`` is the first step of a gradient surge (:func:`_gradient_surge`), or None.
+    """
     n = len(steps)
     if n == 0:
         return None, None
@@ -117,7 +121,6 @@ def _locate_onset(steps: pd.DataFrame, bins: Bins) -> tuple[int | None, int | No
         spike = np.isfinite(loss) & (loss > bins.spike_factor * l0)
         if spike.any():
             hits.append(int(step[np.argmax(spike)]))
-    surge = _gradient_surge(steps, bins)
     if surge is not None:
         hits.append(surge)
     return (min(hits) if hits else None), nonfinite
@@ -270,7 +273,8 @@ def discretize(trace: Trace, *, n_slices: int = 4, n_blocks: int = 3,
         raise ValueError("The trace has no steps; record at least one training step.")
     first = int(steps["step"].min())
     n_steps = int(steps["step"].max()) - first + 1
-    onset, nonfinite = _locate_onset(steps, bins)
+    surge = _gradient_surge(steps, bins)
+    onset, nonfinite = _locate_onset(steps, bins, surge)
     bounds = _slice_bounds(n_steps, onset, nonfinite, n_slices, first)
     windows = tuple((bounds[i], bounds[i + 1]) for i in range(n_slices))
     names = trace.module_names
@@ -285,15 +289,19 @@ def discretize(trace: Trace, *, n_slices: int = 4, n_blocks: int = 3,
         states[slice_node("loss", t)] = loss_states[t]
         features[slice_node("loss", t)] = loss_feats[t]
 
-    _block_states(trace, blocks, bounds, bins, states, features)
+    _block_states(trace, blocks, bounds, bins, states, features, surged=surge is not None)
     run_states(trace, blocks, bins, states, features)
     return Discretized(states=states, slices=windows, blocks=blocks, onset_step=onset,
                        features=features)
 
 
 def _block_states(trace: Trace, blocks: tuple[tuple[str, ...], ...], bounds: list[int],
-                  bins: Bins, states: dict[str, str], features: dict[str, float]) -> None:
-    """Fill ``grad[b]@t`` and ``act[b]@t`` with one vectorised pass over the statistics."""
+                  bins: Bins, states: dict[str, str], features: dict[str, float], *,
+                  surged: bool) -> None:
+    """Fill ``grad[b]@t`` and ``act[b]@t`` with one vectorised pass over the statistics.
+
+    ``surged``: the run's global gradient norm surged (:func:`_gradient_surge`).
+    """
     n_t, n_b = len(bounds) - 1, len(blocks)
     mods = trace.modules.set_index("module_name")
     block_of = {m: b for b, names in enumerate(blocks) for m in names}
@@ -368,7 +376,7 @@ def _block_states(trace: Trace, blocks: tuple[tuple[str, ...], ...], bounds: lis
     g_early = (_early_levels(stats["step"].to_numpy(), blk, log10_abs(pg),
                              weighted & np.isfinite(pg), log10_abs(og), np.isfinite(og), bad,
                              n_b, bins)
-               if _gradient_surge(trace.steps, bins) is not None else np.full(n_b, np.nan))
+               if surged else np.full(n_b, np.nan))
 
     for b in range(n_b):
         g_first = next((at(g, t, b) for t in range(n_t) if np.isfinite(at(g, t, b))
