@@ -54,10 +54,12 @@ def _as_knobs(value: Any) -> dict[str, Any] | None:
 
 
 def suggest_fix(hyps: list[Hypothesis]) -> dict[str, Any] | None:
-    """The intervention a method's answer suggests: its own when its top hypothesis carries
-    one in ``metadata`` (``suggested_fix``, ``fix``, ``intervention(s)``), else the table fix
-    of its root cause (:data:`FIX_BY_CAUSE`) or failure type (:data:`FIX_BY_FAILURE`).
-    None when the method judged the run healthy."""
+    """The intervention a method's answer suggests; None when it judged the run healthy.
+
+    Its own when its top hypothesis carries one in ``metadata`` (``suggested_fix``, ``fix``,
+    ``intervention(s)``), else the table fix of its root cause (:data:`FIX_BY_CAUSE`) or
+    failure type (:data:`FIX_BY_FAILURE`).
+    """
     label, _ = M.predicted_label(hyps)
     if label == HEALTHY:
         return None
@@ -71,9 +73,12 @@ def suggest_fix(hyps: list[Hypothesis]) -> dict[str, Any] | None:
 
 
 def best_fix_by_what_if(model: Any, trace: Any, hyps: list[Hypothesis]
-                         ) -> tuple[dict[str, Any], float]:
-    """A causal model's own suggestion: of the fixes implied by its three likeliest causes
-    (and its top failure type), the one its ``what_if`` gives the lowest P(failure)."""
+                        ) -> tuple[dict[str, Any], float]:
+    """A causal model's own suggestion, and its ``what_if`` P(failure).
+
+    Of the fixes implied by its three likeliest causes (and its top failure type), the one
+    its ``what_if`` gives the lowest P(failure).
+    """
     cands: list[dict[str, Any]] = []
     for h in hyps:
         for fix in (FIX_BY_CAUSE.get(h.root_cause), FIX_BY_FAILURE.get(h.failure_type)):

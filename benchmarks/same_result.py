@@ -1,10 +1,11 @@
-"""``python -m benchmarks.same_result A B``: are two benchmark results the same numbers?
+"""``python -m benchmarks.same_result A B``: whether two benchmark results are the same.
 
 ``A`` and ``B`` are ``metrics.json`` files or the benchmark directories holding them
 (``results/default``). Everything is compared exactly except the ``timings`` key (wall and
 CPU seconds, worker count, backend), the processor's name and, when ``--ignore-commit`` is
 given, ``provenance.commit`` / ``provenance.uncommitted_changes``; with directories,
-``report.md`` is compared byte for byte too. Prints each difference as ``path: a != b`` and exits 1 if there is any, else 0.
+``report.md`` is compared byte for byte too. Prints each difference as ``path: a != b``
+and exits 1 if there is any, else 0.
 
 Examples
 --------
