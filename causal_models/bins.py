@@ -10,6 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from neuraldbg.thresholds import ThresholdConfig
+
+_RULES = ThresholdConfig()
+
 __all__ = [
     "GRAD_STATES",
     "ACT_STATES",
@@ -117,6 +121,10 @@ class Bins:
         Onset: a loss above this multiple of its early median.
     grad_spike : float
         Onset: a global gradient norm above this multiple of its early median.
+    start_grad_ratio_high : float
+        Global gradient norm / parameter norm at the first step above which the gradients
+        dwarf the weights before any update (a plain ratio, not log10; the heuristic's
+        :attr:`neuraldbg.thresholds.ThresholdConfig.start_grad_ratio_high`).
     """
 
     vanish_abs: float = -7.0
@@ -145,3 +153,4 @@ class Bins:
     clip_tight: float = 0.5
     spike_factor: float = 3.0
     grad_spike: float = 100.0
+    start_grad_ratio_high: float = _RULES.start_grad_ratio_high

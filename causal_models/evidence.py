@@ -294,6 +294,10 @@ def observe_cause_signs(trace: Trace, facts: Any, bins: Bins | None = None
     ``input`` (:attr:`neuraldbg.run_facts.RunFacts.nonfinite_input_step`), ``target``
     (``nonfinite_target_step``, not right after the loss reached the bottom), ``unseen``
     (``calm_nonfinite_step`` or ``nonfinite_entry_module``), else ``other``.
+    ``start_grad``: ``large`` when the global gradient norm was above
+    ``bins.start_grad_ratio_high`` times the parameter norm at the first step
+    (:attr:`neuraldbg.run_facts.RunFacts.start_grad_ratio`), else ``normal`` (also when not
+    measured).
 
     Parameters
     ----------
@@ -325,6 +329,9 @@ def observe_cause_signs(trace: Trace, facts: Any, bins: Bins | None = None
                              facts.calm_nonfinite_step, facts.nonfinite_entry_step)
                  if s is not None), None)
     features["nonfinite_source"] = float("nan") if step is None else float(step)
+    ratio = float(facts.start_grad_ratio)
+    states["start_grad"] = "large" if ratio > b.start_grad_ratio_high else "normal"
+    features["start_grad"] = ratio
     return states, features
 
 

@@ -123,6 +123,13 @@ class CauseWeights:
         Unnormalised inputs or a too-large init inflate every gradient and so the update
         ratio: they take up to this share of a high ratio's support for the learning rate
         (both are then plausible; the rate still counts).
+    start_grad_decades : float, default=0.25
+        ``decades`` of the support for "the gradients dwarfed the weights at the first step"
+        (``start_grad_ratio_high``). Under an optimizer whose step scales with the gradient
+        (SGD, with or without momentum) the update ratio is the learning rate times that
+        ratio, so a high update ratio then says little of the rate: its support for
+        ``learning_rate_too_high`` is multiplied by ``1 -`` this support. Adam and its kin
+        divide by the gradient's running scale, so their update ratio still reads the rate.
     lr_from_start : float, default=0.1
         Factor on a high learning rate's support when the failure was there at the first
         recorded step, before any update the rate could have made.
@@ -236,6 +243,7 @@ class CauseWeights:
     calm_nonfinite: float = 0.9
     nonfinite_target: float = 0.75
     lr_confound_share: float = 0.5
+    start_grad_decades: float = 0.25
     lr_from_start: float = 0.1
     lr_jump: float = 0.95
     lr_jump_later: float = 0.9

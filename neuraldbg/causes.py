@@ -224,9 +224,15 @@ def _shared(from_start: bool, facts: RunFacts, cfg: ThresholdConfig, w: CauseWei
     # ratio: a high ratio is weaker evidence of a high learning rate when either holds.
     # Gradients that pile up (no zero_grad) or targets far off the output scale inflate it
     # whatever the rate: then a high ratio is hardly evidence of the rate at all.
+    # Under SGD the update ratio is the rate times the gradient's size: gradients that
+    # dwarfed the weights before the first update (an init, inputs or a loss on a far
+    # larger scale) make it high at any rate.
+    hot_start = (logistic_support(facts.start_grad_ratio, cfg.start_grad_ratio_high,
+                                  decades=w.start_grad_decades)
+                 if facts.step_scales_with_gradient else 0.0)
     lr_high = (logistic_support(ur, cfg.update_ratio_high)
                * (1.0 - w.lr_confound_share * max(inputs, init_large))
-               * (1.0 - bugs.strongest))
+               * (1.0 - hot_start) * (1.0 - bugs.strongest))
     return _Shared(
         facts=facts, cfg=cfg, w=w, extra=extra, from_start=from_start, jump=jump,
         inputs=inputs, init_large=init_large, init_small=init_small, piled=bugs.piled,
@@ -234,6 +240,7 @@ def _shared(from_start: bool, facts: RunFacts, cfg: ThresholdConfig, w: CauseWei
         mismatch=max(_OUTPUT_MISMATCH.get(facts.output_type, 0.0), bugs.floor),
         lr_high=lr_high,
         ev_lr={"update_ratio": ur, "threshold": cfg.update_ratio_high, "lr": facts.lr,
+               "start_grad_ratio": facts.start_grad_ratio,
                "lr_jump_before_onset": jump, "present_from_first_step": from_start},
         ev_init={"init_gain": facts.init_gain, "init_scale": facts.init_scale,
                  "n_layers_measured": facts.n_gain_pairs},

@@ -122,6 +122,15 @@ class RunFacts:
     depth_gain : float
         rms of the last Linear/Conv output / rms of the first, at the first recorded step.
     n_gain_pairs : int
+    start_grad_ratio : float
+        Global gradient norm / parameter norm at the first step of the run, before any
+        update (NaN when either is not finite): how large the gradients start against the
+        weights, which the init, the inputs and the loss set, not the learning rate.
+    step_scales_with_gradient : bool
+        The optimizer's step grows with the gradient (SGD, with or without momentum, and
+        any optimizer the trace does not name), so its update ratio is the learning rate
+        times the gradient's size; False for optimizers that divide by a running gradient
+        scale (Adam and its kin, RMSprop, Adagrad, Adadelta).
     input_rms : float
         Estimated rms of the network input (NaN when unknown).
     first_layer : str
@@ -275,6 +284,8 @@ class RunFacts:
     grad_resets: tuple[float, float, float, float] = (math.nan, math.nan, math.nan, math.nan)
     loss_improved: bool = True
     loss_scale_ratio: float = math.nan
+    start_grad_ratio: float = math.nan
+    step_scales_with_gradient: bool = True
     output_type: str = ""
     output_dead: float = math.nan
     row_diversity: float = math.nan
@@ -364,6 +375,8 @@ def gather_facts(trace: Trace, states: StateTable, dyn: LossDynamics,
         config=cfg_run, grad_growth=_grad_growth(trace, states.config.grad_sum_steps, win),
         grad_resets=_grad_resets(trace, states.config.grad_reset_fall),
         loss_improved=_loss_improved(trace, win), output_type=types[-1] if types else "",
+        start_grad_ratio=_start_grad_ratio(trace),
+        step_scales_with_gradient=_step_scales_with_gradient(trace),
         output_dead=_output_dead(states),
         **_symmetry(trace, states.config.row_diversity_low),
         blocked_modules=_blocked(trace, states, win.edge_min_steps),
@@ -669,6 +682,36 @@ def _input_rms(states: StateTable, idx: np.ndarray, ok: np.ndarray, rms: np.ndar
                 else states.config.default_gain)
         return float(std[j0] / gain)
     return float("nan")
+
+
+#: Optimizers that divide each step by a running scale of the gradient: their update ratio
+#: reads the learning rate whatever the gradient's size.
+_NORMALISING_OPTIMIZERS = frozenset({
+    "Adam", "AdamW", "Adamax", "NAdam", "RAdam", "SparseAdam", "RMSprop", "Adagrad",
+    "Adadelta", "Adafactor"})
+
+
+def _start_grad_ratio(trace: Trace) -> float:
+    """Global gradient norm / parameter norm at the first step (see :class:`RunFacts`)."""
+    steps = trace.steps
+    if steps.empty or not {"grad_norm", "param_norm"} <= set(steps.columns):
+        return math.nan
+    grad, param = float(steps["grad_norm"].iloc[0]), float(steps["param_norm"].iloc[0])
+    if not (math.isfinite(grad) and math.isfinite(param) and param > 0):
+        return math.nan
+    return grad / param
+
+
+def _step_scales_with_gradient(trace: Trace) -> bool:
+    """Whether the run's optimizer steps grow with the gradient (see :class:`RunFacts`)."""
+    named = trace.meta.get("optimizer_class")
+    if isinstance(named, str):
+        named = [named]
+    if not named:
+        opt = str((trace.meta.get("config") or {}).get("optimizer", ""))
+        named = [opt] if opt else []
+    normalising = {n.lower() for n in _NORMALISING_OPTIMIZERS}
+    return not named or not all(str(n).lower() in normalising for n in named)
 
 
 def _loss_scale_ratio(trace: Trace, rms: np.ndarray, win: FactWindows) -> float:

@@ -157,6 +157,13 @@ class ThresholdConfig:
         Without a known scheme: median init gain std(out)/rms(in) of Linear/Conv layers
         above this is an init too large. PyTorch's default gives 1/sqrt(3) ~ 0.58,
         Kaiming-ReLU ~1.41 (the largest standard init); 3 is 5x the default.
+    start_grad_ratio_high : float, default=2.0
+        Global gradient norm / parameter norm at the first step, before any update: above
+        this the gradients are far larger than the weights from the start, which the init,
+        the inputs or the loss's scale did and the learning rate cannot have. With the
+        default inits and normalised inputs it is 0.03-0.34 on the zoo's MLPs and up to 1.1
+        on its CNNs (healthy or failing through the learning rate: at most 0.44); a 5x init
+        gives 4-1,700, unnormalised inputs 2-24.
     init_gain_low : float, default=0.12
         ... below this (a fifth of the default) an init too small.
     grad_sum_exponent : float, default=0.8
@@ -302,6 +309,7 @@ class ThresholdConfig:
     init_scale_low: float = 0.25
     depth_gain_high: float = 10.0
     init_gain_high: float = 3.0
+    start_grad_ratio_high: float = 2.0
     init_gain_low: float = 0.12
     default_gain: float = 0.577
     input_scale_high: float = 5.0

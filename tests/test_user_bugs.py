@@ -1306,6 +1306,59 @@ def test_weights_scaled_30x_after_init_are_named_though_the_loss_fell_from_thous
                            F.cross_entropy, Y, steps=300))
 
 
+def _deep_relu(scale: float, seed: int) -> nn.Module:
+    """Four hidden ReLU layers of 128 on digits, every weight matrix times ``scale``."""
+    torch.manual_seed(seed)
+    sizes = [64, 128, 128, 128, 128, 10]
+    layers: list[nn.Module] = []
+    for i in range(len(sizes) - 1):
+        layers += [nn.Linear(sizes[i], sizes[i + 1]), nn.ReLU()]
+    model = nn.Sequential(*layers[:-1])
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() >= 2:
+                p.mul_(scale)
+    return model
+
+
+@pytest.mark.parametrize("method", ["heuristic", "probabilistic"])
+@pytest.mark.parametrize("seed", [0, 2])
+def test_an_init_5x_that_blows_up_under_momentum_is_not_blamed_on_the_rate(method: str,
+                                                                           seed: int) -> None:
+    """Weights 5x PyTorch's init (a gain of ~3 per layer, just under the init-gain line),
+    SGD with momentum at a standard 0.05, full batch of inputs in [-1, 1]: the loss starts
+    at 56-100 (chance is 2.3), blows up past 1e30 within ten steps and ends at chance.
+    Every step's update ratio is huge, but the gradients were already 2-4x the weights
+    before the first update, which no rate did. On seed 2 both methods used to say
+    ``learning_rate_too_high`` (0.71 and 0.98); no method may claim the rate now, and the
+    top cause is the init or an honest ``unknown``. Where the causal model names the init
+    (seed 0), scaling the weights back must fix the run in ``what_if`` as it does in the
+    re-run (the twin at the default init trains)."""
+    data = torch.arange(len(X))
+
+    def run(scale: float) -> ndb.Trace:
+        model = _deep_relu(scale, seed)
+        opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+        return _train(model, opt, F.cross_entropy, Y, steps=60, inputs=(X - 0.5) * 2,
+                      batches=iter(lambda: data, None))
+
+    trace = run(5.0)
+    loss = trace.steps["loss"].to_numpy()
+    assert loss[0] > 30 and loss.max() > 1e6 and not loss[-5:].mean() < 2.0
+    hyps = ndb.explain(trace, method=method)
+    assert hyps[0].confidence >= 0.5, hyps[:3]
+    assert hyps[0].root_cause in ("init_scale_too_large", "unknown"), hyps[:3]
+    assert all(h.root_cause != "learning_rate_too_high" or h.confidence < 0.5 for h in hyps)
+    if seed == 0:
+        assert hyps[0].root_cause == "init_scale_too_large", hyps[:3]
+    if method == "probabilistic" and hyps[0].root_cause == "init_scale_too_large":
+        cf = ndb.what_if(trace, init_scale=0.2)
+        assert cf.p_failure_factual > 0.9 and cf.p_failure < 0.5, cf
+    twin = run(1.0)
+    assert twin.steps["loss"].iloc[-5:].mean() < 0.5 * twin.steps["loss"].iloc[0]
+    assert not any(h.confidence >= 0.5 for h in ndb.explain(twin, method=method))
+
+
 def test_a_tiny_bert_at_its_standard_init_is_healthy_though_query_and_key_barely_learn() -> None:
     """A randomly initialised two-layer BERT (Hugging Face's std 0.02 init) trained with
     AdamW and a linear decay: the loss falls. Its attention query/key projections get
