@@ -121,10 +121,11 @@ class Bins:
         Onset: a loss above this multiple of its early median.
     grad_spike : float
         Onset: a global gradient norm above this multiple of its early median.
-    start_grad_ratio_high : float
+    start_grad_ratio_high, start_grad_ratio_low : float
         Global gradient norm / parameter norm at the first step above which the gradients
-        dwarf the weights before any update (a plain ratio, not log10; the heuristic's
-        :attr:`neuraldbg.thresholds.ThresholdConfig.start_grad_ratio_high`).
+        dwarf the weights before any update, and below which they are tiny against them
+        (plain ratios, not log10; the heuristic's
+        :attr:`neuraldbg.thresholds.ThresholdConfig.start_grad_ratio_high` and ``_low``).
     """
 
     vanish_abs: float = -7.0
@@ -154,3 +155,4 @@ class Bins:
     spike_factor: float = 3.0
     grad_spike: float = 100.0
     start_grad_ratio_high: float = _RULES.start_grad_ratio_high
+    start_grad_ratio_low: float = _RULES.start_grad_ratio_low

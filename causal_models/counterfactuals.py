@@ -115,16 +115,19 @@ def _landing(states: tuple[str, ...], state: str, offset: float, steps: float
     """Where a run in level ``state`` lands when its knob moves by ``steps`` level steps.
 
     Abduction placed the run in ``state``, at ``offset`` level steps from the level's centre
-    (:func:`causal_models.placement.offset`, within +-0.5). Its exact position is uncertain:
-    uniform over the part of the level that lies within half a level of that place. The move
-    shifts that interval, and each level gets the share of it that falls inside the level
-    (the end levels take what falls beyond them). A move of 0 keeps the run in ``state``
-    exactly, so an action that does not move the knob changes nothing; the answer is
-    continuous and monotone in ``steps``; with ``offset`` 0 it is the linear split between the
-    two nearest levels.
+    (:func:`causal_models.placement.offset`: within +-0.5, or beyond the centre of an end
+    level on its open side). Its exact position is uncertain: uniform over the part of the
+    level that lies within half a level of that place (an end level reaches to infinity on
+    its open side). The move shifts that interval, and each level gets the share of it that
+    falls inside the level (the end levels take what falls beyond them). A move of 0 keeps
+    the run in ``state`` exactly, so an action that does not move the knob changes nothing;
+    the answer is continuous and monotone in ``steps``; with ``offset`` 0 it is the linear
+    split between the two nearest levels.
     """
     i = states.index(state)
-    lo, hi = i - 0.5 + max(offset, 0.0), i + 0.5 + min(offset, 0.0)
+    place = i + offset
+    lo = place - 0.5 if i == 0 else max(i - 0.5, place - 0.5)
+    hi = place + 0.5 if i == len(states) - 1 else min(i + 0.5, place + 0.5)
     lo, hi = lo + steps, hi + steps
     width = hi - lo
     out: dict[str, float] = {}

@@ -296,8 +296,10 @@ def observe_cause_signs(trace: Trace, facts: Any, bins: Bins | None = None
     (``calm_nonfinite_step`` or ``nonfinite_entry_module``), else ``other``.
     ``start_grad``: ``large`` when the global gradient norm was above
     ``bins.start_grad_ratio_high`` times the parameter norm at the first step
-    (:attr:`neuraldbg.run_facts.RunFacts.start_grad_ratio`), else ``normal`` (also when not
-    measured).
+    (:attr:`neuraldbg.run_facts.RunFacts.start_grad_ratio`), ``small`` when below
+    ``bins.start_grad_ratio_low`` times under an optimizer whose step grows with the
+    gradient (SGD: the steps are then small at any rate; Adam's are not, and a healthy
+    autoencoder under Adam starts at 0.0014), else ``normal`` (also when not measured).
 
     Parameters
     ----------
@@ -330,7 +332,10 @@ def observe_cause_signs(trace: Trace, facts: Any, bins: Bins | None = None
                  if s is not None), None)
     features["nonfinite_source"] = float("nan") if step is None else float(step)
     ratio = float(facts.start_grad_ratio)
-    states["start_grad"] = "large" if ratio > b.start_grad_ratio_high else "normal"
+    states["start_grad"] = ("large" if ratio > b.start_grad_ratio_high
+                            else "small" if (ratio < b.start_grad_ratio_low
+                                             and facts.step_scales_with_gradient)
+                            else "normal")
     features["start_grad"] = ratio
     return states, features
 

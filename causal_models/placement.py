@@ -28,6 +28,18 @@ __all__ = ["PLACEMENT_FEATURES", "fit_placement", "offset"]
 PLACEMENT_FEATURES: dict[str, tuple[str, str | None]] = {
     "lr_level": ("update", "steady"), "init_level": ("fwd_gain", None),
     "input_level": ("input_mag", None)}
+#: The open ends of each level node that the feature keeps placing a run beyond (``"low"``:
+#: below the first level's median, ``"high"``: above the last one's), with the decades of the
+#: feature per decade of the knob where the mechanism fixes them (None: the slope of the two
+#: outermost medians). The update ratio is proportional to a learning rate too low (SGD's
+#: step is the rate times the gradient, Adam's the rate times a unit-scale direction), but a
+#: rate too high is read in the first steps of its blow-up, which inflate it (the zoo's
+#: ``high`` and ``very_high`` medians lie 0.36 decade apart, a level being one): above the
+#: top median it does not say how far. The first layer's output is proportional to the
+#: input scale. The forward gain grows with the init scale by a power that depends on depth.
+_OPEN_ENDS: dict[str, dict[str, float | None]] = {
+    "lr_level": {"low": 1.0}, "input_level": {"high": 1.0},
+    "init_level": {"low": None, "high": None}}
 #: Fewest fitting runs of a level for its median feature to place runs.
 _MIN_PLACED = 3
 
@@ -70,9 +82,13 @@ def offset(placement: Mapping[str, Mapping[str, float]], node: str, state: str,
            features: dict[str, float], evidence: dict[str, str]) -> float:
     """Where the run sits inside level ``state`` of ``node``, in level steps from its centre.
 
-    Within +-0.5: its feature against the levels' fitted medians (``placement``, from
+    Its feature against the levels' fitted medians (``placement``, from
     :func:`fit_placement`), interpolated between them; 0 (the centre) when the feature is
-    missing or does not apply.
+    missing or does not apply. Within +-0.5, except on the open side of an end level
+    (:data:`_OPEN_ENDS`): the first level (``very_low``) holds every rate below it, so a run
+    whose feature lies beyond that level's median is placed beyond its centre, by the
+    feature's distance at the mechanism's slope. A rate three decades below the usual one
+    then needs a 1,000x rise, not a 10x one, to reach "ok".
     """
     medians = placement.get(node)
     feature, schedule = PLACEMENT_FEATURES[node]
@@ -91,5 +107,19 @@ def offset(placement: Mapping[str, Mapping[str, float]], node: str, state: str,
         idx, meds = idx[keep], meds[keep]
     if len(meds) < 2:
         return 0.0
-    position = float(np.interp(x, meds, idx)) + lift
-    return float(np.clip(position - states.index(state), -0.5, 0.5))
+    position = float(np.interp(x, meds, idx))
+    last = len(states) - 1
+    ends = _OPEN_ENDS.get(node, {})
+    if "low" in ends and idx[0] == 0 and x < meds[0]:
+        per_decade = ends["low"]
+        slope = (per_decade / LEVEL_WIDTH[node] if per_decade
+                 else (idx[1] - idx[0]) / (meds[1] - meds[0]))
+        position = float(idx[0] - (meds[0] - x) * slope)
+    elif "high" in ends and idx[-1] == last and x > meds[-1]:
+        per_decade = ends["high"]
+        slope = (per_decade / LEVEL_WIDTH[node] if per_decade
+                 else (idx[-1] - idx[-2]) / (meds[-1] - meds[-2]))
+        position = float(idx[-1] + (x - meds[-1]) * slope)
+    i = states.index(state)
+    return float(np.clip(position + lift - i, -math.inf if i == 0 and "low" in ends else -0.5,
+                         math.inf if i == last and "high" in ends else 0.5))

@@ -137,18 +137,23 @@ CAUSE_EVIDENCE: dict[str, tuple[tuple[str, ...], dict[str, float],
                                                    "target": 0.05, "unseen": 0.02},
                           "unknown": {"other": 0.8, "input": 0.05, "target": 0.05,
                                       "unseen": 0.1}}),
-    # the gradients dwarfed the weights at the first step, before any update
-    # (``RunFacts.start_grad_ratio`` above ``Bins.start_grad_ratio_high``): what a too-large
-    # init, raw inputs, targets on another scale or a residual stream that grows did. No
-    # learning rate has acted yet, so a rate too high does not show it; under SGD those
-    # causes make the updates large too, which then say little of the rate
-    "start_grad": (("normal", "large"),
-                   {"normal": 0.97, "large": 0.03},
-                   {"init_scale_too_large": {"normal": 0.2, "large": 0.8},
-                    "unnormalized_inputs": {"normal": 0.5, "large": 0.5},
-                    "unscaled_targets": {"normal": 0.3, "large": 0.7},
-                    "missing_normalization": {"normal": 0.5, "large": 0.5},
-                    "unknown": {"normal": 0.8, "large": 0.2}}),
+    # the gradients against the weights at the first step, before any update
+    # (``RunFacts.start_grad_ratio`` against ``Bins.start_grad_ratio_low`` / ``_high``).
+    # ``large``: what a too-large init, raw inputs, targets on another scale or a residual
+    # stream that grows did; ``small``: a signal fading through depth, units switched off by
+    # their biases, a softmax before a loss that applies its own. No learning rate has
+    # acted yet, so a rate too high or too low shows neither; under SGD those causes make
+    # the updates large or small too, which then say little of the rate
+    "start_grad": (("small", "normal", "large"),
+                   {"small": 0.02, "normal": 0.96, "large": 0.02},
+                   {"init_scale_too_large": {"small": 0.01, "normal": 0.2, "large": 0.8},
+                    "unnormalized_inputs": {"small": 0.01, "normal": 0.5, "large": 0.5},
+                    "unscaled_targets": {"small": 0.01, "normal": 0.3, "large": 0.7},
+                    "missing_normalization": {"small": 0.3, "normal": 0.4, "large": 0.3},
+                    "init_scale_too_small": {"small": 0.3, "normal": 0.7, "large": 0.01},
+                    "negative_bias_init": {"small": 0.5, "normal": 0.5, "large": 0.01},
+                    "loss_output_mismatch": {"small": 0.4, "normal": 0.6, "large": 0.01},
+                    "unknown": {"small": 0.1, "normal": 0.7, "large": 0.2}}),
 }
 #: Knob evidence that reads a steady learning rate (uninformative about the level a schedule
 #: spike reaches: the node also hangs on ``lr_schedule``).

@@ -130,6 +130,9 @@ class CauseWeights:
         ratio, so a high update ratio then says little of the rate: its support for
         ``learning_rate_too_high`` is multiplied by ``1 -`` this support. Adam and its kin
         divide by the gradient's running scale, so their update ratio still reads the rate.
+        The same width grades "the gradients were tiny against the weights at the first
+        step" (``start_grad_ratio_low``), which discounts a small update ratio as evidence
+        of ``learning_rate_too_low`` the same way.
     lr_from_start : float, default=0.1
         Factor on a high learning rate's support when the failure was there at the first
         recorded step, before any update the rate could have made.

@@ -108,6 +108,7 @@ class _Shared:
     targets: float
     mismatch: float
     lr_high: float
+    cold_start: float
     ev_lr: dict[str, Any] = field(default_factory=dict)
     ev_init: dict[str, Any] = field(default_factory=dict)
     ev_norm: dict[str, Any] = field(default_factory=dict)
@@ -226,10 +227,14 @@ def _shared(from_start: bool, facts: RunFacts, cfg: ThresholdConfig, w: CauseWei
     # whatever the rate: then a high ratio is hardly evidence of the rate at all.
     # Under SGD the update ratio is the rate times the gradient's size: gradients that
     # dwarfed the weights before the first update (an init, inputs or a loss on a far
-    # larger scale) make it high at any rate.
-    hot_start = (logistic_support(facts.start_grad_ratio, cfg.start_grad_ratio_high,
-                                  decades=w.start_grad_decades)
-                 if facts.step_scales_with_gradient else 0.0)
+    # larger scale) make it high at any rate, and gradients far smaller than the weights
+    # (a signal fading through depth) make it small at any rate.
+    hot_start, cold_start = (
+        (logistic_support(facts.start_grad_ratio, cfg.start_grad_ratio_high,
+                          decades=w.start_grad_decades),
+         logistic_support(facts.start_grad_ratio, cfg.start_grad_ratio_low, above=False,
+                          decades=w.start_grad_decades))
+        if facts.step_scales_with_gradient else (0.0, 0.0))
     lr_high = (logistic_support(ur, cfg.update_ratio_high)
                * (1.0 - w.lr_confound_share * max(inputs, init_large))
                * (1.0 - hot_start) * (1.0 - bugs.strongest))
@@ -238,7 +243,7 @@ def _shared(from_start: bool, facts: RunFacts, cfg: ThresholdConfig, w: CauseWei
         inputs=inputs, init_large=init_large, init_small=init_small, piled=bugs.piled,
         targets=bugs.targets,
         mismatch=max(_OUTPUT_MISMATCH.get(facts.output_type, 0.0), bugs.floor),
-        lr_high=lr_high,
+        lr_high=lr_high, cold_start=cold_start,
         ev_lr={"update_ratio": ur, "threshold": cfg.update_ratio_high, "lr": facts.lr,
                "start_grad_ratio": facts.start_grad_ratio,
                "lr_jump_before_onset": jump, "present_from_first_step": from_start},
@@ -432,9 +437,11 @@ def _plateau_causes(cands: _Candidates, s: _Shared) -> None:
     # A probability output (softmax, sigmoid) fed to a loss that applies its own
     # softmax saturates and shrinks every gradient, whatever the rate: small updates
     # are then weaker evidence of a low learning rate.
+    # Under SGD, gradients far smaller than the weights from the first step make the steps
+    # small at any rate.
     low = max(logistic_support(ur, cfg.update_ratio_low, above=False),
               logistic_support(facts.total_update, cfg.total_update_low, above=False)
-              ) * (1.0 - w.mismatch_lr_discount * s.mismatch)
+              ) * (1.0 - w.mismatch_lr_discount * s.mismatch) * (1.0 - s.cold_start)
     # A rate that collapsed to ~0 before the loss stopped (a schedule stepped per batch):
     # the steps that followed were too small to learn, whatever they were before.
     low = max(low, float(s.extra.get("lr_collapse", 0.0)) * w.lr_collapse)
@@ -443,6 +450,7 @@ def _plateau_causes(cands: _Candidates, s: _Shared) -> None:
                                              "threshold": cfg.update_ratio_low,
                                              "total_update": facts.total_update,
                                              "lr": facts.lr,
+                                             "start_grad_ratio": facts.start_grad_ratio,
                                              "lr_collapse": s.extra.get("lr_collapse", 0.0)})
     rise = s.loss_rise()
     cands.put("learning_rate_too_high", max(w.plateau_lr_high, rise) * s.lr_high,

@@ -390,7 +390,8 @@ def cause_outside_vocabulary(trace: Trace, hypotheses: list[Hypothesis]) -> str 
     Weights that collapsed (:func:`weights_collapsed`), BatchNorm layers that do not
     normalise (:func:`batchnorm_not_normalising`), modules the optimizer does not hold
     (:func:`parameters_outside_optimizer`), or, when the method's top hypothesis
-    blames a learning rate too low, a gradient norm a clip pinned at every step
+    blames a learning rate too low or a stall on no known cause (the tiny steps a clip
+    makes are not read as the rate's under SGD), a gradient norm a clip pinned at every step
     (:func:`gradient_norm_pinned`), or, when it claims a stall, frozen layers upstream of
     every trainable one (:func:`frozen_layers_upstream`). A model whose weights never moved
     is :func:`frozen_weights`'s.
@@ -398,7 +399,9 @@ def cause_outside_vocabulary(trace: Trace, hypotheses: list[Hypothesis]) -> str 
     hint = (weights_collapsed(trace) or batchnorm_not_normalising(trace)
             or parameters_outside_optimizer(trace))
     top = max(hypotheses, key=lambda h: h.confidence, default=None)
-    if not hint and top is not None and top.root_cause == "learning_rate_too_low":
+    if not hint and top is not None and (
+            top.root_cause == "learning_rate_too_low"
+            or (top.root_cause == "unknown" and top.failure_type == "training_plateau")):
         hint = gradient_norm_pinned(trace)  # the clip, not the rate, keeps updates small
     if not hint and top is not None and top.confidence >= 0.5 \
             and top.failure_type == "training_plateau":

@@ -164,6 +164,13 @@ class ThresholdConfig:
         default inits and normalised inputs it is 0.03-0.34 on the zoo's MLPs and up to 1.1
         on its CNNs (healthy or failing through the learning rate: at most 0.44); a 5x init
         gives 4-1,700, unnormalised inputs 2-24.
+    start_grad_ratio_low : float, default=3e-3
+        ... and below this the gradients are far smaller than the weights from the start:
+        a signal that fades through depth, units switched off by their biases, a softmax
+        before a loss that applies its own. Under SGD the update ratio is then small at any
+        rate. Healthy zoo runs under SGD: >= 0.0067 (a residual net), >= 0.023 for its
+        MLPs, and a rate too low does not show it (0.024); a plain 8-hidden ReLU stack at
+        PyTorch's init gives 0.0012, biases that kill the units 0.0015.
     init_gain_low : float, default=0.12
         ... below this (a fifth of the default) an init too small.
     grad_sum_exponent : float, default=0.8
@@ -310,6 +317,7 @@ class ThresholdConfig:
     depth_gain_high: float = 10.0
     init_gain_high: float = 3.0
     start_grad_ratio_high: float = 2.0
+    start_grad_ratio_low: float = 3e-3
     init_gain_low: float = 0.12
     default_gain: float = 0.577
     input_scale_high: float = 5.0

@@ -46,3 +46,37 @@ def test_the_shipped_model_carries_its_fitted_level_medians() -> None:
     lr = placement["lr_level"]
     assert {"ok", "high"} <= set(lr)
     assert lr["ok"] <= lr["high"]
+
+
+def test_an_end_level_places_a_run_beyond_its_median_at_the_mechanisms_slope() -> None:
+    """``very_low`` holds every rate below it: a run whose update ratio lies 1.5 decades
+    under that level's median sits 1.5 level steps below its centre (the update ratio is
+    proportional to the rate), where an interior level clips at half a step."""
+    placement = {"lr_level": {"very_low": -4.0, "low": -3.0, "ok": -2.0, "high": -1.0,
+                              "very_high": 0.0}}
+    steady = {"lr_schedule": "steady"}
+    assert offset(placement, "lr_level", "very_low", {"update": -5.5}, steady) == -1.5
+    # a rate too high is read in its blow-up's first steps: above the top median the
+    # update ratio does not say how far, and the run stays at that median
+    assert offset(placement, "lr_level", "very_high", {"update": 0.75}, steady) == 0.0
+    assert offset(placement, "lr_level", "low", {"update": -5.5}, steady) == -0.5
+    # the inner side of an end level still clips at half a step
+    assert offset(placement, "lr_level", "very_low", {"update": -2.0}, steady) == 0.5
+    # a feature without a mechanism's slope extrapolates with its two outermost medians
+    init = {"init_level": {"very_small": -4.0, "small": -2.0, "ok": 0.0}}
+    assert offset(init, "init_level", "very_small", {"fwd_gain": -5.0}, steady) == -0.5
+    inputs = {"input_level": {"ok": -0.25, "very_large": 1.5}}
+    assert offset(inputs, "input_level", "very_large", {"input_mag": 2.5}, steady) == 1.0
+
+
+def test_a_run_placed_beyond_an_end_level_lands_as_far_as_it_moves() -> None:
+    """1.2 steps below ``very_low``'s centre, a 3-step rise lands in ``ok`` and a 1-step
+    rise stays mostly in ``very_low``; no move keeps it exactly where it was."""
+    from causal_models.counterfactuals import _landing
+
+    states = ("very_low", "low", "ok", "high", "very_high")
+    assert _landing(states, "very_low", -1.2, 0.0) == {"very_low": 1.0}
+    three = _landing(states, "very_low", -1.2, 3.0)
+    assert max(three, key=three.get) == "ok" and three["ok"] > 0.7
+    one = _landing(states, "very_low", -1.2, 1.0)
+    assert one["very_low"] > 0.5 and "ok" not in one
