@@ -221,6 +221,12 @@ class CauseWeights:
     init_decades : float, default=0.25
         ``decades`` of the init-gain and init-scale supports: a gain 10^0.5 past its bound
         is already a clear reading (the default schemes differ by 2.4x).
+    weight_scale_decades : float, default=0.15
+        ``decades`` of the weight-scale supports (``weight_scale_high`` / ``_low``). The
+        weights' norm against PyTorch's default is read with little noise (0.98-1.01 over
+        the layers of a default-initialised MLP), so its support turns sharply: 0.01 at the
+        default itself, where a wider grading gave every run a 0.07 support for an init too
+        large that took mass from ``unknown``.
     grad_sum_decades : float, default=0.1
         ``decades`` of the running-sum exponent's support: the exponent sits near 1 for a
         running sum and near 0 for healthy training, so a narrow band tells them apart.
@@ -275,6 +281,7 @@ class CauseWeights:
     plateau_clip: float = 0.8
     data_problem: float = 0.75
     init_decades: float = 0.25
+    weight_scale_decades: float = 0.15
     grad_sum_decades: float = 0.1
     accumulation_decades: float = 0.25
     symmetric_decades: float = 0.5
@@ -300,9 +307,15 @@ def init_support(facts: RunFacts, cfg: ThresholdConfig, w: CauseWeights
                                  decades=w.init_decades),
                 logistic_support(facts.init_scale, cfg.init_scale_low, above=False,
                                  decades=w.init_decades))
-    return (logistic_support(facts.init_gain, cfg.init_gain_high, decades=w.init_decades),
-            logistic_support(facts.init_gain, cfg.init_gain_low, above=False,
-                             decades=w.init_decades))
+    # the signal's gain per layer, and the weights' own scale against PyTorch's default
+    # (which holds where biases dominate the outputs of weights far too small)
+    return (max(logistic_support(facts.init_gain, cfg.init_gain_high, decades=w.init_decades),
+                logistic_support(facts.weight_scale, cfg.weight_scale_high,
+                                 decades=w.weight_scale_decades)),
+            max(logistic_support(facts.init_gain, cfg.init_gain_low, above=False,
+                                 decades=w.init_decades),
+                logistic_support(facts.weight_scale, cfg.weight_scale_low, above=False,
+                                 decades=w.weight_scale_decades)))
 
 
 def running_sum_support(facts: RunFacts, cfg: ThresholdConfig,

@@ -235,8 +235,11 @@ def _shared(from_start: bool, facts: RunFacts, cfg: ThresholdConfig, w: CauseWei
          logistic_support(facts.start_grad_ratio, cfg.start_grad_ratio_low, above=False,
                           decades=w.start_grad_decades))
         if facts.step_scales_with_gradient else (0.0, 0.0))
+    # Adam and its kin step by about the rate per weight, so weights far smaller than the
+    # default make every update large against them at any rate.
+    small_weights = init_small if not facts.step_scales_with_gradient else 0.0
     lr_high = (logistic_support(ur, cfg.update_ratio_high)
-               * (1.0 - w.lr_confound_share * max(inputs, init_large))
+               * (1.0 - w.lr_confound_share * max(inputs, init_large, small_weights))
                * (1.0 - hot_start) * (1.0 - bugs.strongest))
     return _Shared(
         facts=facts, cfg=cfg, w=w, extra=extra, from_start=from_start, jump=jump,

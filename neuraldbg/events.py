@@ -97,7 +97,10 @@ class LossDynamics:
     spike_steps : tuple of int
         Onsets of loss spikes.
     update_ratio : float
-        Median ||dW||/||W|| per step before any failure onset (NaN if unknown).
+        Median ||dW||/||W|| per step before any failure onset: a non-finite loss, a loss
+        blow-up or spike, a gradient explosion (NaN if unknown). A rate too high kills the
+        units in its first spike, and the dead run's tiny updates that follow made the median
+        over the whole run read a rate too low.
     total_update : float
         Sum of ||dW||/||W|| over the finite steps: how far, relative to their size, the
         weights moved in the whole run (NaN if unknown). A step between recorded steps
@@ -294,7 +297,8 @@ def loss_dynamics(trace: Trace, config: ThresholdConfig | None = None,
     grad = _grad_norm_growth(c, cfg, stop)
     curve = _improvement(c, cfg, win, stop, loss["nonfinite_step"] is not None)
     update_ratio, total_update = _update_ratios(
-        c, [loss["nonfinite_step"], loss["blowup_step"], grad["grad_explode_step"]])
+        c, [loss["nonfinite_step"], loss["blowup_step"], grad["grad_explode_step"],
+            loss["spike_steps"][0] if loss["spike_steps"] else None])
     return LossDynamics(
         n_steps=len(c.steps), **loss, **curve, **grad, lr_jump_steps=_lr_jumps(c, cfg),
         lr_collapse_step=_lr_collapse(c, cfg),

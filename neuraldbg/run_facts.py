@@ -121,6 +121,11 @@ class RunFacts:
         names none or an unknown one).
     depth_gain : float
         rms of the last Linear/Conv output / rms of the first, at the first recorded step.
+    weight_scale : float
+        Median over the Linear/Conv modules of their parameter norm at the first recorded step
+        over the norm PyTorch's default init gives them, ``sqrt(n_params / (3 fan_in))``
+        (weights and biases uniform in +-1/sqrt(fan_in)); NaN when none is measured. ~1 at
+        the default init, ~5 when every weight matrix was multiplied by 5.
     n_gain_pairs : int
     start_grad_ratio : float
         Global gradient norm / parameter norm at the first step of the run, before any
@@ -285,6 +290,7 @@ class RunFacts:
     loss_improved: bool = True
     loss_scale_ratio: float = math.nan
     start_grad_ratio: float = math.nan
+    weight_scale: float = math.nan
     step_scales_with_gradient: bool = True
     output_type: str = ""
     output_dead: float = math.nan
@@ -375,7 +381,7 @@ def gather_facts(trace: Trace, states: StateTable, dyn: LossDynamics,
         config=cfg_run, grad_growth=_grad_growth(trace, states.config.grad_sum_steps, win),
         grad_resets=_grad_resets(trace, states.config.grad_reset_fall),
         loss_improved=_loss_improved(trace, win), output_type=types[-1] if types else "",
-        start_grad_ratio=_start_grad_ratio(trace),
+        start_grad_ratio=_start_grad_ratio(trace), weight_scale=_weight_scale(trace),
         step_scales_with_gradient=_step_scales_with_gradient(trace),
         output_dead=_output_dead(states),
         **_symmetry(trace, states.config.row_diversity_low),
@@ -689,6 +695,24 @@ def _input_rms(states: StateTable, idx: np.ndarray, ok: np.ndarray, rms: np.ndar
 _NORMALISING_OPTIMIZERS = frozenset({
     "Adam", "AdamW", "Adamax", "NAdam", "RAdam", "SparseAdam", "RMSprop", "Adagrad",
     "Adadelta", "Adafactor"})
+
+
+def _weight_scale(trace: Trace) -> float:
+    """Linear/Conv parameter norms over PyTorch's default (see :class:`RunFacts`)."""
+    stats = trace.stats
+    mods = trace.modules
+    if stats.empty or mods.empty or "param_norm" not in stats or "fan_in" not in mods:
+        return math.nan
+    first = stats[stats["step"] == stats["step"].min()].set_index("module_name")["param_norm"]
+    table = mods.set_index("module_name")
+    ratios = []
+    for name, kind, n, fan_in in zip(table.index, table["module_type"], table["n_trainable"],
+                                     table["fan_in"], strict=True):
+        if kind in _WEIGHT_TYPES and n > 0 and fan_in > 0 and name in first.index:
+            norm = float(first[name])
+            if math.isfinite(norm) and norm > 0:
+                ratios.append(norm / math.sqrt(float(n) / (3.0 * float(fan_in))))
+    return float(np.median(ratios)) if ratios else math.nan
 
 
 def _start_grad_ratio(trace: Trace) -> float:

@@ -173,6 +173,16 @@ class ThresholdConfig:
         PyTorch's init gives 0.0012, biases that kill the units 0.0015.
     init_gain_low : float, default=0.12
         ... below this (a fifth of the default) an init too small.
+    weight_scale_high : float, default=4.0
+        Without a known scheme: the median Linear/Conv parameter norm at the first step over
+        the norm PyTorch's default init gives that module (``sqrt(n_params / (3 fan_in))``)
+        above this is an init too large. Read from the weights themselves, it holds where
+        the signal's gain does not (biases that dominate tiny weights' outputs). Standard
+        schemes give 1 (PyTorch), ~1.7 (Xavier, square layers), ~2.45 (Kaiming for ReLU,
+        orthogonal at gain sqrt(2)); 5x the default gives 5.
+    weight_scale_low : float, default=0.1
+        ... and below this (a tenth of the default) an init too small. Hugging Face's
+        std 0.02 gives 0.96 at width 768 and 0.14 at width 16.
     grad_sum_exponent : float, default=0.8
         Gradients never reset (a missing ``zero_grad``) pile up: the step-t gradient is the
         sum of t gradients, so its norm grows like t (like t^1.5-2 under momentum) while the
@@ -319,6 +329,8 @@ class ThresholdConfig:
     start_grad_ratio_high: float = 2.0
     start_grad_ratio_low: float = 3e-3
     init_gain_low: float = 0.12
+    weight_scale_high: float = 4.0
+    weight_scale_low: float = 0.1
     default_gain: float = 0.577
     input_scale_high: float = 5.0
     grad_sum_exponent: float = 0.8
