@@ -36,10 +36,12 @@ PLACEMENT_FEATURES: dict[str, tuple[str, str | None]] = {
 #: rate too high is read in the first steps of its blow-up, which inflate it (the zoo's
 #: ``high`` and ``very_high`` medians lie 0.36 decade apart, a level being one): above the
 #: top median it does not say how far. The first layer's output is proportional to the
-#: input scale. The forward gain grows with the init scale by a power that depends on depth.
+#: input scale. The forward gain grows with the init scale by a power that depends on depth,
+#: so the zoo's slope misplaces a deeper or shallower net: a 10x larger init of the zoo's
+#: init_too_small run (a fix) was placed two levels short of "ok"; the init levels stay
+#: closed.
 _OPEN_ENDS: dict[str, dict[str, float | None]] = {
-    "lr_level": {"low": 1.0}, "input_level": {"high": 1.0},
-    "init_level": {"low": None, "high": None}}
+    "lr_level": {"low": 1.0}, "input_level": {"high": 1.0}}
 #: Fewest fitting runs of a level for its median feature to place runs.
 _MIN_PLACED = 3
 
@@ -109,7 +111,12 @@ def offset(placement: Mapping[str, Mapping[str, float]], node: str, state: str,
         return 0.0
     position = float(np.interp(x, meds, idx))
     last = len(states) - 1
-    ends = _OPEN_ENDS.get(node, {})
+    ends = dict(_OPEN_ENDS.get(node, {}))
+    if node == "lr_level" and evidence.get("start_grad") == "small":
+        # under SGD, gradients tiny from the first step (dead or starved units) make the
+        # update ratio tiny at any rate: it does not say how far below the level the rate
+        # is (the zoo's compound dead-and-slow run read three decades below it)
+        ends.pop("low", None)
     if "low" in ends and idx[0] == 0 and x < meds[0]:
         per_decade = ends["low"]
         slope = (per_decade / LEVEL_WIDTH[node] if per_decade

@@ -176,7 +176,8 @@ def score_causes(failure_type: str, *, onset: int, first_step: int, facts: RunFa
     cfg : ThresholdConfig
     extra : dict, optional
         Symptom-specific numbers: ``preact_z`` (mean/std feeding a dead layer),
-        ``origin_is_first_activation`` (1.0/0.0), ``activation_decay_share`` (share of a
+        ``origin_is_first_activation`` (1.0/0.0), ``n_vanished_layers`` (modules whose
+        gradient vanished first), ``activation_decay_share`` (share of a
         vanishing gradient's decay across sigmoid/tanh modules), ``upstream_instability``
         (probability of an explosion before the symptom), ``grad_spikiness``.
     weights : CauseWeights, optional
@@ -394,8 +395,15 @@ def _vanishing_causes(cands: _Candidates, s: _Shared) -> None:
     if not facts.has_normalization:
         attenuates = logistic_support(facts.depth_gain, 1.0 / cfg.depth_gain_high,
                                       above=False)
+        # the backward signal fading across many sound layers is the depth's doing too,
+        # unless a probability output saturates it at the top (a softmax before a loss
+        # that applies its own starves every layer below it)
+        through_depth = logistic_support(float(s.extra.get("n_vanished_layers", 0.0)),
+                                         float(cfg.vanished_layers_deep), decades=0.25
+                                         ) * (1.0 - s.mismatch)
         cands.put("missing_normalization",
-                  attenuates * (1.0 - s.init_small) * (1.0 - share), s.ev_norm)
+                  max(attenuates, through_depth) * (1.0 - s.init_small) * (1.0 - share),
+                  {**s.ev_norm, "n_vanished_layers": s.extra.get("n_vanished_layers")})
 
 
 def _dead_causes(cands: _Candidates, s: _Shared) -> None:

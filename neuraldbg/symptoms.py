@@ -445,7 +445,8 @@ def _vanishing(run: _Run) -> Symptom | None:
                    {"min_grad_ratio": min_ratio, "threshold": cfg.rel_vanish,
                     "n_vanished_layers": len(vanished), "persistence": pers,
                     "loss_stall": stall, "activation_decay_share": act_share}, p,
-                   {"activation_decay_share": act_share})
+                   {"activation_decay_share": act_share,
+                    "n_vanished_layers": float(len(vanished))})
 
 
 @dataclass(frozen=True, slots=True)

@@ -153,6 +153,13 @@ class ThresholdConfig:
         A signal growing (or shrinking, at 1/10) this much from the first to the last
         Linear/Conv layer at the first step, with every layer's own gain sound, means the
         network lacks normalization.
+    vanished_layers_deep : int, default=4
+        A gradient that vanished across at least this many layers of a stack without
+        normalization, whose own init gain is sound and whose units do not saturate, is
+        the depth's doing even where the forward signal held up (biases keep a deep ReLU
+        stack's activations alive while its backward signal shrinks 4e4x over 12 layers).
+        The zoo's vanishing runs that have another cause (an init too small, sigmoid
+        stacks, a detached tensor) are told apart by their own evidence.
     init_gain_high : float, default=3.0
         Without a known scheme: median init gain std(out)/rms(in) of Linear/Conv layers
         above this is an init too large. PyTorch's default gives 1/sqrt(3) ~ 0.58,
@@ -325,6 +332,7 @@ class ThresholdConfig:
     init_scale_high: float = 2.0
     init_scale_low: float = 0.25
     depth_gain_high: float = 10.0
+    vanished_layers_deep: int = 4
     init_gain_high: float = 3.0
     start_grad_ratio_high: float = 2.0
     start_grad_ratio_low: float = 3e-3

@@ -62,9 +62,12 @@ def test_an_end_level_places_a_run_beyond_its_median_at_the_mechanisms_slope() -
     assert offset(placement, "lr_level", "low", {"update": -5.5}, steady) == -0.5
     # the inner side of an end level still clips at half a step
     assert offset(placement, "lr_level", "very_low", {"update": -2.0}, steady) == 0.5
-    # a feature without a mechanism's slope extrapolates with its two outermost medians
+    # the forward gain's slope depends on depth: the init levels stay closed
     init = {"init_level": {"very_small": -4.0, "small": -2.0, "ok": 0.0}}
-    assert offset(init, "init_level", "very_small", {"fwd_gain": -5.0}, steady) == -0.5
+    assert offset(init, "init_level", "very_small", {"fwd_gain": -5.0}, steady) == 0.0
+    # SGD with gradients tiny from the start: the update ratio does not read the rate
+    starved = {"lr_schedule": "steady", "start_grad": "small"}
+    assert offset(placement, "lr_level", "very_low", {"update": -5.5}, starved) == 0.0
     inputs = {"input_level": {"ok": -0.25, "very_large": 1.5}}
     assert offset(inputs, "input_level", "very_large", {"input_mag": 2.5}, steady) == 1.0
 

@@ -1322,6 +1322,37 @@ def test_weights_100x_too_small_under_adam_are_not_read_as_a_rate_too_high() -> 
         assert hyp.root_cause != "learning_rate_too_high" or hyp.confidence < 0.5, hyp
 
 
+def _plain_stack(depth: int, norm: bool) -> nn.Module:
+    """``depth`` hidden ReLU layers of 64 at PyTorch's init, with or without BatchNorm."""
+    torch.manual_seed(0)
+    layers: list[nn.Module] = []
+    width_in = 64
+    for _ in range(depth):
+        layers += [nn.Linear(width_in, 64), *([nn.BatchNorm1d(64)] if norm else []), nn.ReLU()]
+        width_in = 64
+    return nn.Sequential(*layers, nn.Linear(64, 10))
+
+
+def test_a_gradient_that_fades_across_a_deep_plain_stack_is_missing_normalization() -> None:
+    """Twelve hidden ReLU layers at PyTorch's init under SGD 0.05: the biases keep the
+    forward signal alive (it shrinks 4.5x over the stack, short of the 10x line), but the
+    gradient fades below a thousandth of the output layer's in nine layers and the loss
+    does not move. Each layer's own gain is sound and no unit saturates: the depth without
+    normalization is the cause (BatchNorm after each layer trains), where the heuristic
+    said ``unknown``."""
+    def run(norm: bool) -> ndb.Trace:
+        model = _plain_stack(12, norm)
+        return _train(model, torch.optim.SGD(model.parameters(), lr=0.05), F.cross_entropy,
+                      Y, steps=150, batch=128)
+
+    trace = run(False)
+    top = ndb.explain(trace)[0]
+    assert (top.failure_type, top.root_cause) == ("vanishing_gradients",
+                                                  "missing_normalization"), top
+    assert top.confidence >= 0.5
+    _assert_healthy(run(True))
+
+
 def test_a_deep_relu_stack_whose_signal_fades_is_not_blamed_on_a_negative_bias() -> None:
     """Eight ReLU layers at PyTorch's default init under SGD: the signal fades with depth, so
     deep layers see little but their random biases and half their units are off from step
