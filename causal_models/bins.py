@@ -20,6 +20,7 @@ __all__ = [
     "LOSS_STATES",
     "UPDATE_STATES",
     "GAIN_STATES",
+    "WEIGHT_SCALE_STATES",
     "INPUT_STATES",
     "PROGRESS_STATES",
     "SPIKE_STATES",
@@ -40,6 +41,7 @@ ACT_STATES: tuple[str, ...] = ("normal", "saturated", "dead", "anomalous")
 LOSS_STATES: tuple[str, ...] = ("decreasing", "low", "flat", "rising", "nonfinite")
 UPDATE_STATES: tuple[str, ...] = ("tiny", "small", "normal", "large", "nonfinite")
 GAIN_STATES: tuple[str, ...] = ("shrinking", "stable", "growing")
+WEIGHT_SCALE_STATES: tuple[str, ...] = ("small", "default", "large", "unknown")
 INPUT_STATES: tuple[str, ...] = ("normal", "large")
 PROGRESS_STATES: tuple[str, ...] = ("learned", "partial", "none", "worse", "nonfinite")
 SPIKE_STATES: tuple[str, ...] = ("calm", "spiky", "extreme", "nonfinite")
@@ -121,6 +123,10 @@ class Bins:
         Onset: a loss above this multiple of its early median.
     grad_spike : float
         Onset: a global gradient norm above this multiple of its early median.
+    weight_scale_high, weight_scale_low : float
+        The Linear/Conv weights' norm at the first step over PyTorch's default above which
+        the init reads ``large``, below which ``small`` (plain ratios; the heuristic's
+        :attr:`neuraldbg.thresholds.ThresholdConfig.weight_scale_high` and ``_low``).
     start_grad_ratio_high, start_grad_ratio_low : float
         Global gradient norm / parameter norm at the first step above which the gradients
         dwarf the weights before any update, and below which they are tiny against them
@@ -154,5 +160,7 @@ class Bins:
     clip_tight: float = 0.5
     spike_factor: float = 3.0
     grad_spike: float = 100.0
+    weight_scale_high: float = _RULES.weight_scale_high
+    weight_scale_low: float = _RULES.weight_scale_low
     start_grad_ratio_high: float = _RULES.start_grad_ratio_high
     start_grad_ratio_low: float = _RULES.start_grad_ratio_low

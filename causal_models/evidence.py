@@ -252,7 +252,12 @@ def sigmoid_decay_state(decades: float, bins: Bins | None = None) -> str:
 
 def observe_stack(trace: Trace, facts: Any, bins: Bins | None = None
                   ) -> tuple[dict[str, str], dict[str, float]]:
-    """The ``sigmoid_decay`` context state of a run and the features behind it.
+    """The ``sigmoid_decay`` context state, the ``weight_scale`` knob evidence, their features.
+
+    ``weight_scale``: ``small`` / ``large`` when the Linear/Conv weights' norm at the first
+    step over PyTorch's default (:attr:`neuraldbg.run_facts.RunFacts.weight_scale`) is
+    below ``bins.weight_scale_low`` / above ``bins.weight_scale_high``, ``default`` between,
+    ``unknown`` when not measured (left out of the evidence).
 
     Parameters
     ----------
@@ -264,15 +269,22 @@ def observe_stack(trace: Trace, facts: Any, bins: Bins | None = None
     Returns
     -------
     states : dict
-        ``{"sigmoid_decay": state}``.
+        ``{"sigmoid_decay": state, "weight_scale": state}``.
     features : dict
-        ``sigmoid_decay`` (decades, :func:`sigmoid_decay`) and ``hidden_layers``.
+        ``sigmoid_decay`` (decades, :func:`sigmoid_decay`), ``hidden_layers`` and
+        ``weight_scale`` (decades).
     """
+    b = bins or Bins()
     types = trace.modules["module_type"].astype(str).tolist()
     hidden = max(0, sum(t.startswith(_LAYER_TYPES) for t in types) - 1)
     decades = sigmoid_decay(float(facts.init_gain), hidden)
-    return ({"sigmoid_decay": sigmoid_decay_state(decades, bins)},
-            {"sigmoid_decay": decades, "hidden_layers": float(hidden)})
+    scale = float(facts.weight_scale)
+    measured = math.isfinite(scale) and scale > 0
+    state = ("unknown" if not measured else "small" if scale < b.weight_scale_low
+             else "large" if scale > b.weight_scale_high else "default")
+    return ({"sigmoid_decay": sigmoid_decay_state(decades, bins), "weight_scale": state},
+            {"sigmoid_decay": decades, "hidden_layers": float(hidden),
+             "weight_scale": math.log10(scale) if measured else math.nan})
 
 
 def observe_cause_signs(trace: Trace, facts: Any, bins: Bins | None = None

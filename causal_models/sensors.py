@@ -30,6 +30,7 @@ from causal_models.bins import (
     PROGRESS_STATES,
     SPIKE_STATES,
     UPDATE_STATES,
+    WEIGHT_SCALE_STATES,
 )
 from causal_models.evidence import RULE_STRENGTH_STATES
 from causal_models.priors import NO_CAUSE, PRIOR_SHAPE, NodeTables, normalised
@@ -56,6 +57,15 @@ KNOB_EVIDENCE: dict[str, tuple[str, tuple[str, ...], dict[str, dict[str, float]]
         "very_small": {"shrinking": 1.0}, "small": {"shrinking": 1.0, "stable": 0.6},
         "ok": {"stable": 1.0}, "large": {"growing": 1.0, "stable": 0.6},
         "very_large": {"growing": 1.0}}),
+    # the weights' own norm against PyTorch's default at the first step
+    # (RunFacts.weight_scale): read from the weights, it holds where the forward gain does
+    # not (biases that dominate the outputs of weights far too small)
+    "weight_scale": ("init_level", WEIGHT_SCALE_STATES, {
+        "very_small": {"small": 1.0, "unknown": 0.3},
+        "small": {"small": 1.0, "default": 0.5, "unknown": 0.3},
+        "ok": {"default": 1.0, "unknown": 0.3},
+        "large": {"large": 1.0, "default": 0.5, "unknown": 0.3},
+        "very_large": {"large": 1.0, "unknown": 0.3}}),
     "init_config": ("init_level", INIT_CONFIG_STATES, {
         "very_small": {"small": 1.0, "default": 0.3, "unknown": 0.3},
         "small": {"small": 1.0, "default": 0.5, "unknown": 0.3},
@@ -77,7 +87,8 @@ KNOB_EVIDENCE: dict[str, tuple[str, tuple[str, ...], dict[str, dict[str, float]]
 #: a run without a config (most users' runs) counted 7x for a large init and 14x for large
 #: inputs against the usual level.
 UNSTATED: dict[str, str] = {"lr_config": "unknown", "init_config": "unknown",
-                            "input_config": "unknown", "weight_rows": "unknown"}
+                            "input_config": "unknown", "weight_rows": "unknown",
+                            "weight_scale": "unknown"}
 
 
 def stated_evidence(states: Mapping[str, Any], nodes: list[str]) -> dict[str, Any]:

@@ -1333,6 +1333,29 @@ def _plain_stack(depth: int, norm: bool) -> nn.Module:
     return nn.Sequential(*layers, nn.Linear(64, 10))
 
 
+@pytest.mark.parametrize("method", ["heuristic", "probabilistic"])
+def test_weights_100x_too_small_under_sgd_are_named_not_a_negative_bias(method: str) -> None:
+    """Four hidden ReLU layers whose weight matrices were multiplied by 0.01 after PyTorch's
+    init, SGD with momentum at 0.05: the unscaled biases dominate every layer's output, so
+    the signal's gain reads sound (1.4) and the forward signal holds; the gradient vanishes
+    and the loss does not move. The weights' norm against PyTorch's default (~0.01-0.05)
+    shows the init: the heuristic names it; the causal model, which read the init level
+    from the forward gain alone, said negative_bias_init (0.71 in the probe that found it)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 128), nn.ReLU(),
+                          nn.Linear(128, 128), nn.ReLU(), nn.Linear(128, 128), nn.ReLU(),
+                          nn.Linear(128, 10))
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() >= 2:
+                p.mul_(0.01)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    trace = _train(model, opt, F.cross_entropy, Y, steps=150, batch=128)
+    hyps = ndb.explain(trace, method=method)
+    assert hyps[0].confidence >= 0.5 and hyps[0].root_cause == "init_scale_too_small", hyps[:3]
+    assert not any(h.root_cause == "negative_bias_init" and h.confidence >= 0.5 for h in hyps)
+
+
 def test_a_gradient_that_fades_across_a_deep_plain_stack_is_missing_normalization() -> None:
     """Twelve hidden ReLU layers at PyTorch's init under SGD 0.05: the biases keep the
     forward signal alive (it shrinks 4.5x over the stack, short of the 10x line), but the
