@@ -227,6 +227,9 @@ class CauseWeights:
         the layers of a default-initialised MLP), so its support turns sharply: 0.01 at the
         default itself, where a wider grading gave every run a 0.07 support for an init too
         large that took mass from ``unknown``.
+    vanished_layers_decades : float, default=0.25
+        ``decades`` of the support for "the gradient vanished across a deep stack"
+        (``vanished_layers_deep`` layers): 0.75 at about 7 layers past a line of 4.
     grad_sum_decades : float, default=0.1
         ``decades`` of the running-sum exponent's support: the exponent sits near 1 for a
         running sum and near 0 for healthy training, so a narrow band tells them apart.
@@ -282,6 +285,7 @@ class CauseWeights:
     data_problem: float = 0.75
     init_decades: float = 0.25
     weight_scale_decades: float = 0.15
+    vanished_layers_decades: float = 0.25
     grad_sum_decades: float = 0.1
     accumulation_decades: float = 0.25
     symmetric_decades: float = 0.5

@@ -399,7 +399,8 @@ def _vanishing_causes(cands: _Candidates, s: _Shared) -> None:
         # unless a probability output saturates it at the top (a softmax before a loss
         # that applies its own starves every layer below it)
         through_depth = logistic_support(float(s.extra.get("n_vanished_layers", 0.0)),
-                                         float(cfg.vanished_layers_deep), decades=0.25
+                                         float(cfg.vanished_layers_deep),
+                                         decades=w.vanished_layers_decades
                                          ) * (1.0 - s.mismatch)
         cands.put("missing_normalization",
                   max(attenuates, through_depth) * (1.0 - s.init_small) * (1.0 - share),

@@ -690,11 +690,11 @@ def _input_rms(states: StateTable, idx: np.ndarray, ok: np.ndarray, rms: np.ndar
     return float("nan")
 
 
-#: Optimizers that divide each step by a running scale of the gradient: their update ratio
-#: reads the learning rate whatever the gradient's size.
+#: Optimizers that divide each step by a running scale of the gradient (class names, lower
+#: case): their update ratio reads the learning rate whatever the gradient's size.
 _NORMALISING_OPTIMIZERS = frozenset({
-    "Adam", "AdamW", "Adamax", "NAdam", "RAdam", "SparseAdam", "RMSprop", "Adagrad",
-    "Adadelta", "Adafactor"})
+    "adam", "adamw", "adamax", "nadam", "radam", "sparseadam", "rmsprop", "adagrad",
+    "adadelta", "adafactor"})
 
 
 def _weight_scale(trace: Trace) -> float:
@@ -703,8 +703,10 @@ def _weight_scale(trace: Trace) -> float:
     mods = trace.modules
     if stats.empty or mods.empty or "param_norm" not in stats or "fan_in" not in mods:
         return math.nan
-    first = stats[stats["step"] == stats["step"].min()].set_index("module_name")["param_norm"]
-    table = mods.set_index("module_name")
+    # one row per module (a merged multi-rank trace has one per rank)
+    first = stats[stats["step"] == stats["step"].min()].groupby("module_name")[
+        "param_norm"].mean()
+    table = mods.drop_duplicates("module_name").set_index("module_name")
     ratios = []
     for name, kind, n, fan_in in zip(table.index, table["module_type"], table["n_trainable"],
                                      table["fan_in"], strict=True):
@@ -734,8 +736,7 @@ def _step_scales_with_gradient(trace: Trace) -> bool:
     if not named:
         opt = str((trace.meta.get("config") or {}).get("optimizer", ""))
         named = [opt] if opt else []
-    normalising = {n.lower() for n in _NORMALISING_OPTIMIZERS}
-    return not named or not all(str(n).lower() in normalising for n in named)
+    return not named or not all(str(n).lower() in _NORMALISING_OPTIMIZERS for n in named)
 
 
 def _loss_scale_ratio(trace: Trace, rms: np.ndarray, win: FactWindows) -> float:
