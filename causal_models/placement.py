@@ -117,16 +117,15 @@ def offset(placement: Mapping[str, Mapping[str, float]], node: str, state: str,
         # update ratio tiny at any rate: it does not say how far below the level the rate
         # is (the zoo's compound dead-and-slow run read three decades below it)
         ends.pop("low", None)
-    if "low" in ends and idx[0] == 0 and x < meds[0]:
-        per_decade = ends["low"]
-        slope = (per_decade / LEVEL_WIDTH[node] if per_decade
-                 else (idx[1] - idx[0]) / (meds[1] - meds[0]))
-        position = float(idx[0] - (meds[0] - x) * slope)
-    elif "high" in ends and idx[-1] == last and x > meds[-1]:
-        per_decade = ends["high"]
-        slope = (per_decade / LEVEL_WIDTH[node] if per_decade
-                 else (idx[-1] - idx[-2]) / (meds[-1] - meds[-2]))
-        position = float(idx[-1] + (x - meds[-1]) * slope)
+    # beyond an open end's median: from that median, at the mechanism's slope (level steps
+    # per decade of the feature) or else that of the two outermost medians
+    for side, edge, inner, beyond in (("low", 0, 1, x < meds[0]),
+                                      ("high", -1, -2, x > meds[-1])):
+        if side in ends and idx[edge] == (0 if side == "low" else last) and beyond:
+            per_decade = ends[side]
+            slope = (per_decade / LEVEL_WIDTH[node] if per_decade
+                     else (idx[edge] - idx[inner]) / (meds[edge] - meds[inner]))
+            position = float(idx[edge] + (x - meds[edge]) * slope)
     i = states.index(state)
     return float(np.clip(position + lift - i, -math.inf if i == 0 and "low" in ends else -0.5,
                          math.inf if i == last and "high" in ends else 0.5))
