@@ -133,6 +133,10 @@ class CauseWeights:
         The same width grades "the gradients were tiny against the weights at the first
         step" (``start_grad_ratio_low``), which discounts a small update ratio as evidence
         of ``learning_rate_too_low`` the same way.
+    start_update_decades : float, default=0.25
+        ``decades`` of the support for "the first step outgrew the weights" under Adam and
+        its kin (``start_update_ratio_high``): the larger of it and the run's update-ratio
+        support is the rate's support, before the confounds discount it.
     lr_from_start : float, default=0.1
         Factor on a high learning rate's support when the failure was there at the first
         recorded step, before any update the rate could have made.
@@ -256,6 +260,7 @@ class CauseWeights:
     nonfinite_target: float = 0.75
     lr_confound_share: float = 0.5
     start_grad_decades: float = 0.25
+    start_update_decades: float = 0.25
     lr_from_start: float = 0.1
     lr_jump: float = 0.95
     lr_jump_later: float = 0.9

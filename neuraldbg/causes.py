@@ -239,7 +239,13 @@ def _shared(from_start: bool, facts: RunFacts, cfg: ThresholdConfig, w: CauseWei
     # Adam and its kin step by about the rate per weight, so weights far smaller than the
     # default make every update large against them at any rate.
     small_weights = init_small if not facts.step_scales_with_gradient else 0.0
-    lr_high = (logistic_support(ur, cfg.update_ratio_high)
+    # Under them the first step moves every weight by about the rate: a first step larger
+    # than the weights is a rate too high, though the weights it inflates make every later
+    # ratio small (an LSTM at Adam's 1.0: 7.0 at the first step, the run's median 0.005)
+    first_step = (0.0 if facts.step_scales_with_gradient else
+                  logistic_support(facts.start_update_ratio, cfg.start_update_ratio_high,
+                                   decades=w.start_update_decades))
+    lr_high = (max(logistic_support(ur, cfg.update_ratio_high), first_step)
                * (1.0 - w.lr_confound_share * max(inputs, init_large, small_weights))
                * (1.0 - hot_start) * (1.0 - bugs.strongest))
     return _Shared(
@@ -250,6 +256,7 @@ def _shared(from_start: bool, facts: RunFacts, cfg: ThresholdConfig, w: CauseWei
         lr_high=lr_high, cold_start=cold_start,
         ev_lr={"update_ratio": ur, "threshold": cfg.update_ratio_high, "lr": facts.lr,
                "start_grad_ratio": facts.start_grad_ratio,
+               "start_update_ratio": facts.start_update_ratio,
                "lr_jump_before_onset": jump, "present_from_first_step": from_start},
         ev_init={"init_gain": facts.init_gain, "init_scale": facts.init_scale,
                  "n_layers_measured": facts.n_gain_pairs},

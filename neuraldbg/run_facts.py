@@ -131,6 +131,12 @@ class RunFacts:
         Global gradient norm / parameter norm at the first step of the run, before any
         update (NaN when either is not finite): how large the gradients start against the
         weights, which the init, the inputs and the loss set, not the learning rate.
+    start_update_ratio : float
+        Update norm / parameter norm across the run's first step (NaN when not measured).
+        Under Adam and its kin the first step moves every weight by about the learning
+        rate (the gradient divided by its own scale), so this is the rate against the
+        weights' size before anything else could move it; under SGD it is the rate times
+        ``start_grad_ratio``.
     step_scales_with_gradient : bool
         The optimizer's step grows with the gradient (SGD, with or without momentum, and
         any optimizer the trace does not name), so its update ratio is the learning rate
@@ -290,6 +296,7 @@ class RunFacts:
     loss_improved: bool = True
     loss_scale_ratio: float = math.nan
     start_grad_ratio: float = math.nan
+    start_update_ratio: float = math.nan
     weight_scale: float = math.nan
     step_scales_with_gradient: bool = True
     output_type: str = ""
@@ -381,7 +388,8 @@ def gather_facts(trace: Trace, states: StateTable, dyn: LossDynamics,
         config=cfg_run, grad_growth=_grad_growth(trace, states.config.grad_sum_steps, win),
         grad_resets=_grad_resets(trace, states.config.grad_reset_fall),
         loss_improved=_loss_improved(trace, win), output_type=types[-1] if types else "",
-        start_grad_ratio=_start_grad_ratio(trace), weight_scale=_weight_scale(trace),
+        start_grad_ratio=_first_ratio(trace, "grad_norm"),
+        start_update_ratio=_first_ratio(trace, "update_norm"), weight_scale=_weight_scale(trace),
         step_scales_with_gradient=_step_scales_with_gradient(trace),
         output_dead=_output_dead(states),
         **_symmetry(trace, states.config.row_diversity_low),
@@ -717,15 +725,18 @@ def _weight_scale(trace: Trace) -> float:
     return float(np.median(ratios)) if ratios else math.nan
 
 
-def _start_grad_ratio(trace: Trace) -> float:
-    """Global gradient norm / parameter norm at the first step (see :class:`RunFacts`)."""
+def _first_ratio(trace: Trace, column: str) -> float:
+    """``column`` / the parameter norm at the run's first step (NaN when not finite).
+
+    ``start_grad_ratio`` and ``start_update_ratio`` of :class:`RunFacts`.
+    """
     steps = trace.steps
-    if steps.empty or not {"grad_norm", "param_norm"} <= set(steps.columns):
+    if steps.empty or not {column, "param_norm"} <= set(steps.columns):
         return math.nan
-    grad, param = float(steps["grad_norm"].iloc[0]), float(steps["param_norm"].iloc[0])
-    if not (math.isfinite(grad) and math.isfinite(param) and param > 0):
+    value, param = float(steps[column].iloc[0]), float(steps["param_norm"].iloc[0])
+    if not (math.isfinite(value) and math.isfinite(param) and param > 0):
         return math.nan
-    return grad / param
+    return value / param
 
 
 def _step_scales_with_gradient(trace: Trace) -> bool:

@@ -178,6 +178,13 @@ class ThresholdConfig:
         rate. Healthy zoo runs under SGD: >= 0.0067 (a residual net), >= 0.023 for its
         MLPs, and a rate too low does not show it (0.024); a plain 8-hidden ReLU stack at
         PyTorch's init gives 0.0012, biases that kill the units 0.0015.
+    start_update_ratio_high : float, default=1.0
+        Under Adam and its kin: the first step's update norm / parameter norm above this is
+        a learning rate too high for the weights, whatever follows (a first step larger
+        than the weights themselves; the weights it inflates make the later ratios small,
+        so the run's median can read a normal rate). That first ratio is about the rate
+        over the weights' rms. Zoo runs under Adam: healthy ones (rates up to 0.03) 0.016-
+        0.12; rates too high 0.39-7.1 (an LSTM at 1.0: 7.0, its median over the run 0.005).
     init_gain_low : float, default=0.12
         ... below this (a fifth of the default) an init too small.
     weight_scale_high : float, default=4.0
@@ -336,6 +343,7 @@ class ThresholdConfig:
     init_gain_high: float = 3.0
     start_grad_ratio_high: float = 2.0
     start_grad_ratio_low: float = 3e-3
+    start_update_ratio_high: float = 1.0
     init_gain_low: float = 0.12
     weight_scale_high: float = 4.0
     weight_scale_low: float = 0.1

@@ -74,3 +74,16 @@ def test_model_left_in_eval_is_an_honest_unknown_not_the_inputs() -> None:
 def test_look_alike_controls_are_judged_healthy(family: str) -> None:
     trace = zoo_run(family, SEED)
     assert all(h.confidence < 0.5 for h in ndb.explain(trace)), ndb.explain(trace)[:2]
+
+
+def test_a_first_step_that_outgrew_the_weights_is_the_rate() -> None:
+    """An LSTM at Adam 1.0 (seed 4): the first step moves the weights by 7x their norm, and
+    the weights it inflates make every later step small (the run's median update ratio
+    about 0.005, a normal rate to read). Read from that median alone, the rate tied with an
+    init too large and the saturating gates at 0.45 and the run was an ``unknown`` 0.6."""
+    trace = zoo_run("adam_sgd_lr_lstm", 4)
+    top = _top(trace)
+    assert (top.failure_type, top.root_cause) == ("saturated_activations",
+                                                  "learning_rate_too_high"), top
+    assert top.confidence >= 0.5, top
+    assert top.metadata["cause_evidence"]["start_update_ratio"] > 5.0
