@@ -66,7 +66,9 @@ class LossDynamics:
         Median of the first finite losses (the run's starting level).
     improvement : float
         (first-window median - last-window median) / |first-window median|, over the finite
-        part of the run; NaN when too short.
+        part of the run; NaN when too short. The first loss replaces the first window's
+        median when the loss rose right after the first update
+        (:attr:`CurveWindows.early_rise_factor`).
     settled : float
         The improvement the stall is measured from: ``improvement``, or, when the run starts
         with a transient (its first window reaches :attr:`CurveWindows.transient_factor`
@@ -197,6 +199,11 @@ class CurveWindows:
         decades: the zoo's 44 healthy runs at their default knobs reach at most 20x
         (healthy_cnn_bn), while weights 20-30x too large start at ~600-2000 and settle near
         chance (~2) within the first window.
+    early_rise_factor : float, default=2.0
+        A first window whose median is this many times the first loss rose right after the
+        first update: the improvement is then measured from the first loss (taken on the
+        initial weights) rather than from that window. An LSTM at Adam 1.0 goes 1.1 -> 10
+        -> 1.2 (chance 1.1) and read as a 4x fall from its first window's median.
     """
 
     stall_improvement: float = 0.5
@@ -206,6 +213,7 @@ class CurveWindows:
     improvement_floor: float = 1e-12
     lower_quantile: float = 0.25
     transient_factor: float = 100.0
+    early_rise_factor: float = 2.0
 
     def __post_init__(self) -> None:
         """Reject a non-positive or non-numeric coefficient (the message names it)."""
@@ -408,10 +416,15 @@ def _improvement(c: _Columns, cfg: ThresholdConfig, win: CurveWindows, stop: int
     if m < max(cfg.plateau_min_steps, 2 * w):
         return out
     first, last = np.median(fin_prefix[:w]), np.median(fin_prefix[-w:])
-    improvement = float((first - last) / max(abs(first), win.improvement_floor))
-    out["improvement"] = improvement
     low_first, low_last = (np.quantile(fin_prefix[:w], win.lower_quantile),
                            np.quantile(fin_prefix[-w:], win.lower_quantile))
+    start = float(fin_prefix[0])
+    if start > 0 and first >= win.early_rise_factor * start:
+        # the loss rose right after the first update: the first loss, taken on the initial
+        # weights, is where the run started, not the median of the rise that followed
+        first, low_first = start, min(low_first, start)
+    improvement = float((first - last) / max(abs(first), win.improvement_floor))
+    out["improvement"] = improvement
     lower = float((low_first - low_last) / max(abs(low_first), win.improvement_floor))
     out["lower_improvement"] = lower
     settled = improvement

@@ -828,6 +828,60 @@ class _SignSum(nn.Module):
         return self.head(out[:, -1])
 
 
+class _TwoLayerLSTM(nn.Module):
+    """A 2-layer LSTM read at its last step: a 3-class task on 4-channel sequences."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rnn = nn.LSTM(4, 16, num_layers=2, batch_first=True)
+        self.head = nn.Linear(16, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out, _ = self.rnn(x)
+        return self.head(out[:, -1])
+
+
+def _train_lstm_adam(lr: float, seed: int) -> ndb.Trace:
+    """Three epochs of Adam over a shuffled set of 1,024 sequences, no clipping."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(1024, 15, 4, generator=g)
+    y = (x[:, :, 0].mean(1) > 0.1).long() + (x[:, :, 1].mean(1) > 0.1).long()
+    torch.manual_seed(seed)
+    model = _TwoLayerLSTM()
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    with ndb.NeuralDbg(model, optimizer=opt) as dbg:
+        for _ in range(3):
+            perm = torch.randperm(1024, generator=g)
+            for i in range(0, 1024, 32):
+                idx = perm[i:i + 32]
+                opt.zero_grad()
+                loss = F.cross_entropy(model(x[idx]), y[idx])
+                loss.backward()
+                opt.step()
+                dbg.step(loss)
+    return dbg.trace
+
+
+def test_a_loss_that_leaps_after_the_first_step_and_falls_back_to_chance_is_a_failure(
+        ) -> None:
+    """An LSTM at Adam 1.0: the loss is 1.1 (chance) before the first update, 10 after it,
+    and falls back to about 1.2; at 3e-3 it learns (about 0.5). Measured from the median of
+    its first losses, the leap itself, the loss "fell" 4x and both reasoners judged the
+    run healthy. Measured from the loss on the initial weights it never improved."""
+    trace = _train_lstm_adam(1.0, 0)
+    loss = trace.steps["loss"].to_numpy()
+    assert np.median(loss[:10]) > 2 * loss[0] and np.median(loss[-10:]) > loss[0]
+    hyps = ndb.explain(trace, method="probabilistic")
+    assert hyps and hyps[0].confidence >= 0.5, hyps[:2]
+    assert hyps[0].root_cause == "learning_rate_too_high", hyps[:2]
+    heuristic = ndb.explain(trace)
+    assert heuristic and heuristic[0].root_cause == "learning_rate_too_high", heuristic[:2]
+    twin = _train_lstm_adam(3e-3, 0)
+    _assert_healthy(twin)
+    assert max((h.confidence for h in ndb.explain(twin, method="probabilistic")),
+               default=0.0) < 0.5
+
+
 @pytest.mark.parametrize("zero_grad", [False, True])
 def test_an_lstm_trained_with_adam_without_zero_grad_is_named(zero_grad: bool) -> None:
     """Adam's noisy steps let the summed gradient norm fall now and then (0.66 of the steps
