@@ -733,20 +733,32 @@ def _train_gru(lr: float, clip: float | None) -> ndb.Trace:
     y = (x[:, :, 0].sum(1) > 0).long() * 2 + (x[:, -1, 1] > 0).long()
     model = _SeqNet()
     opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
-    with ndb.NeuralDbg(model, optimizer=opt, config={"lr": lr}) as dbg:
-        for _ in range(6):
-            perm = torch.randperm(512, generator=g)
-            for i in range(0, 512, 32):
+    return _train_epochs(model, opt, x, y, g, epochs=6, clip=clip, validate=True,
+                         config={"lr": lr})
+
+
+def _train_epochs(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor,
+                  y: torch.Tensor, g: torch.Generator, *, epochs: int,
+                  clip: float | None = None, validate: bool = False,
+                  config: dict | None = None) -> ndb.Trace:
+    """Epochs over ``x`` shuffled by ``g`` in batches of 32, cross-entropy; ``clip``: the
+    total gradient norm clipped in the loop (not declared in the config); ``validate``: a
+    forward on 64 samples under ``no_grad`` after each epoch (no step follows)."""
+    with ndb.NeuralDbg(model, optimizer=opt, config=config) as dbg:
+        for _ in range(epochs):
+            perm = torch.randperm(len(x), generator=g)
+            for i in range(0, len(x), 32):
                 idx = perm[i:i + 32]
                 opt.zero_grad()
                 loss = F.cross_entropy(model(x[idx]), y[idx])
                 loss.backward()
-                if clip is not None:  # clipped in the loop, not declared in the config
+                if clip is not None:
                     nn.utils.clip_grad_norm_(model.parameters(), clip)
                 opt.step()
                 dbg.step(loss)
-            with torch.no_grad():
-                model(x[:64])
+            if validate:
+                with torch.no_grad():
+                    model(x[:64])
     return dbg.trace
 
 
@@ -848,18 +860,8 @@ def _train_lstm_adam(lr: float, seed: int) -> ndb.Trace:
     y = (x[:, :, 0].mean(1) > 0.1).long() + (x[:, :, 1].mean(1) > 0.1).long()
     torch.manual_seed(seed)
     model = _TwoLayerLSTM()
-    opt = torch.optim.Adam(model.parameters(), lr=lr)
-    with ndb.NeuralDbg(model, optimizer=opt) as dbg:
-        for _ in range(3):
-            perm = torch.randperm(1024, generator=g)
-            for i in range(0, 1024, 32):
-                idx = perm[i:i + 32]
-                opt.zero_grad()
-                loss = F.cross_entropy(model(x[idx]), y[idx])
-                loss.backward()
-                opt.step()
-                dbg.step(loss)
-    return dbg.trace
+    return _train_epochs(model, torch.optim.Adam(model.parameters(), lr=lr), x, y, g,
+                         epochs=3)
 
 
 def test_a_loss_that_leaps_after_the_first_step_and_falls_back_to_chance_is_a_failure(
