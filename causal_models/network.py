@@ -122,8 +122,8 @@ class ProbabilisticReasoner:
         is then unseen: the held-out predictions are worse than the model's, and the
         calibrator learnt to doubt right verdicts (8 folds: the benchmark's held-out
         families got top-1 confidence 0.96 on 57 runs all right, ECE 0.057; one fold per
-        family: 0.048; a fold's fit took 2.2 s, not 1.3, and ``make bench`` no longer in
-        all). An int trades that for speed on large corpora.
+        family: 0.048; a fold's fit takes 2.2 s instead of 1.3, and ``make bench`` as long
+        as before). An int trades that for speed on large corpora.
     min_confidence : float, default=0.02
         ``explain`` lists the most probable failure type and the others with at least this
         posterior.

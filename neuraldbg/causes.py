@@ -237,14 +237,14 @@ def _shared(from_start: bool, facts: RunFacts, cfg: ThresholdConfig, w: CauseWei
                           decades=w.start_grad_decades))
         if facts.step_scales_with_gradient else (0.0, 0.0))
     # Adam and its kin step by about the rate per weight, so weights far smaller than the
-    # default make every update large against them at any rate.
-    small_weights = init_small if not facts.step_scales_with_gradient else 0.0
-    # Under them the first step moves every weight by about the rate: a first step larger
-    # than the weights is a rate too high, though the weights it inflates make every later
-    # ratio small (an LSTM at Adam's 1.0: 7.0 at the first step, the run's median 0.005)
-    first_step = (0.0 if facts.step_scales_with_gradient else
-                  logistic_support(facts.start_update_ratio, cfg.start_update_ratio_high,
-                                   decades=w.start_update_decades))
+    # default make every update large against them at any rate; and their first step
+    # larger than the weights is a rate too high, though the weights it inflates make
+    # every later ratio small (an LSTM at Adam's 1.0: 7.0 at the first step, the run's
+    # median 0.005)
+    small_weights, first_step = (
+        (0.0, 0.0) if facts.step_scales_with_gradient else
+        (init_small, logistic_support(facts.start_update_ratio, cfg.start_update_ratio_high,
+                                      decades=w.start_update_decades)))
     lr_high = (max(logistic_support(ur, cfg.update_ratio_high), first_step)
                * (1.0 - w.lr_confound_share * max(inputs, init_large, small_weights))
                * (1.0 - hot_start) * (1.0 - bugs.strongest))
