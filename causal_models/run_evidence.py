@@ -15,12 +15,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from neuraldbg.events import rose_after_first_update
 from neuraldbg.trace import Trace
 
 if TYPE_CHECKING:
     from causal_models.bins import Bins
 
-__all__ = ["run_states", "log10_abs", "early_median"]
+__all__ = ["run_states", "log10_abs", "early_median", "early_loss"]
 
 
 def log10_abs(x: np.ndarray) -> np.ndarray:
@@ -37,12 +38,22 @@ def early_median(values: np.ndarray, n_steps: int) -> float:
     return float(np.median(head)) if head.size else float("nan")
 
 
+def early_loss(loss: np.ndarray, n_steps: int) -> float:
+    """The run's starting loss: :func:`early_median`, or the first loss when the loss leapt
+    right after the first update (:func:`neuraldbg.events.rose_after_first_update`, the
+    heuristic's rule): the fall back from that leap is no learning."""
+    finite = loss[np.isfinite(loss)]
+    if rose_after_first_update(finite, max(3, n_steps // 50)):
+        return float(finite[0])
+    return early_median(loss, n_steps)
+
+
 def _progress(loss: np.ndarray, bins: Bins) -> tuple[str, float]:
     """Final over early loss: learned | partial | none | worse (nonfinite: a NaN/Inf loss)."""
     if not np.isfinite(loss).all():
         return "nonfinite", float("inf")
     tail = loss[-max(3, len(loss) // 20):]
-    l0 = early_median(loss, len(loss))
+    l0 = early_loss(loss, len(loss))
     progress = float(np.median(tail) / l0) if abs(l0) > 1e-12 else 1.0
     e = bins.progress_edges
     return ("learned" if progress < e[0] else "partial" if progress < e[1]

@@ -109,6 +109,7 @@ class _Shared:
     mismatch: float
     lr_high: float
     cold_start: float
+    first_step: float = 0.0
     ev_lr: dict[str, Any] = field(default_factory=dict)
     ev_init: dict[str, Any] = field(default_factory=dict)
     ev_norm: dict[str, Any] = field(default_factory=dict)
@@ -253,7 +254,7 @@ def _shared(from_start: bool, facts: RunFacts, cfg: ThresholdConfig, w: CauseWei
         inputs=inputs, init_large=init_large, init_small=init_small, piled=bugs.piled,
         targets=bugs.targets,
         mismatch=max(_OUTPUT_MISMATCH.get(facts.output_type, 0.0), bugs.floor),
-        lr_high=lr_high, cold_start=cold_start,
+        lr_high=lr_high, cold_start=cold_start, first_step=first_step * (1.0 - small_weights),
         ev_lr={"update_ratio": ur, "threshold": cfg.update_ratio_high, "lr": facts.lr,
                "start_grad_ratio": facts.start_grad_ratio,
                "start_update_ratio": facts.start_update_ratio,
@@ -471,8 +472,12 @@ def _plateau_causes(cands: _Candidates, s: _Shared) -> None:
                                              "lr": facts.lr,
                                              "start_grad_ratio": facts.start_grad_ratio,
                                              "lr_collapse": s.extra.get("lr_collapse", 0.0)})
+    # A rate that stalls a run more often makes it diverge (``plateau_lr_high``), unless
+    # the stall shows the damage: a loss that ended above its start, or a first step that
+    # outgrew the weights under Adam and its kin (which it did not owe to weights far too
+    # small), after which the saturated or inflated units stop learning.
     rise = s.loss_rise()
-    cands.put("learning_rate_too_high", max(w.plateau_lr_high, rise) * s.lr_high,
+    cands.put("learning_rate_too_high", max(w.plateau_lr_high, rise, s.first_step) * s.lr_high,
               {**s.ev_lr, "loss_rise_support": rise})
     cands.put("init_scale_too_small", w.plateau_init_small * s.init_small, s.ev_init)
     if facts.grad_clip is None and facts.recurrent:  # stalled by exploding spikes

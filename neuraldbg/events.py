@@ -33,7 +33,8 @@ from neuraldbg.states import (
 from neuraldbg.thresholds import ThresholdConfig, require_positive_fields
 from neuraldbg.trace import Trace
 
-__all__ = ["LOSS", "MODEL", "CurveWindows", "LossDynamics", "loss_dynamics", "extract_events"]
+__all__ = ["LOSS", "MODEL", "CurveWindows", "LossDynamics", "loss_dynamics",
+           "rose_after_first_update", "extract_events"]
 
 #: Module name of events about the loss.
 LOSS = "<loss>"
@@ -282,6 +283,20 @@ class _Improvement(TypedDict):
     plateau_step: int | None
 
 
+def rose_after_first_update(loss: np.ndarray, window: int,
+                            windows: CurveWindows | None = None) -> bool:
+    """Whether a loss curve leapt right after its first update.
+
+    ``loss`` holds the finite losses in step order; true when the first (taken on the
+    initial weights) is positive and the median of the first ``window`` is at least
+    :attr:`CurveWindows.early_rise_factor` times it. The run then started at its first
+    loss, not at the rise that followed: a fall back from that rise is no learning.
+    """
+    win = windows or CurveWindows()
+    return bool(len(loss) and loss[0] > 0
+                and np.median(loss[:window]) >= win.early_rise_factor * loss[0])
+
+
 def loss_dynamics(trace: Trace, config: ThresholdConfig | None = None,
                   windows: CurveWindows | None = None) -> LossDynamics:
     """Summarise the loss curve, the global gradient norm and the learning rate of a run.
@@ -419,7 +434,7 @@ def _improvement(c: _Columns, cfg: ThresholdConfig, win: CurveWindows, stop: int
     low_first, low_last = (np.quantile(fin_prefix[:w], win.lower_quantile),
                            np.quantile(fin_prefix[-w:], win.lower_quantile))
     start = float(fin_prefix[0])
-    if start > 0 and first >= win.early_rise_factor * start:
+    if rose_after_first_update(fin_prefix, w, win):
         # the loss rose right after the first update: the first loss, taken on the initial
         # weights, is where the run started, not the median of the rise that followed
         first, low_first = start, min(low_first, start)

@@ -673,13 +673,29 @@ def _first_step_scales(trace: Trace, states: StateTable, weight: np.ndarray, row
     idx = np.flatnonzero(weight)
     # Gain std(out)/rms(in): with random weights E[Wx] = 0, so std(out) carries the
     # whole input signal while a constant bias (which moves only the mean) is ignored.
-    gains = [std[j] / rms[j - 1] for j in idx[1:] if ok[j] and ok[j - 1]]
+    # The std is taken over the batch and the layer's units together, so each unit's own
+    # offset (its bias, the mean input through its weights) adds to it: over many units
+    # that spread is small beside the signal, over a few (a 4-class head) it can rule it
+    # (a default-init LSTM's head read 2.2x the default gain). Such a layer measures no gain
+    # (one whose width the trace does not hold, 0, still does).
+    units = _fan_out(trace, states)
+    gains = [std[j] / rms[j - 1] for j in idx[1:] if ok[j] and ok[j - 1]
+             and not 0 < units[j] < states.config.gain_min_units]
     init_gain = float(np.median(gains)) if gains else float("nan")
     good = [j for j in idx if ok[j]]
     depth_gain = float(rms[good[-1]] / rms[good[0]]) if len(good) >= 2 else float("nan")
     return _Scales(init_gain=init_gain, n_gain_pairs=len(gains),
                    input_rms=_input_rms(states, idx, ok, rms, std, init_gain),
                    depth_gain=depth_gain, loss_scale_ratio=_loss_scale_ratio(trace, rms, win))
+
+
+def _fan_out(trace: Trace, states: StateTable) -> np.ndarray:
+    """Output units of each module of ``states`` (its ``fan_out``; 0 where not known)."""
+    mods = trace.modules.set_index("module_name")
+    if "fan_out" not in mods:
+        return np.zeros(len(states.module_names), dtype=int)
+    fan_out = mods["fan_out"]
+    return np.array([int(fan_out.get(name, 0)) for name in states.module_names], dtype=int)
 
 
 def _input_rms(states: StateTable, idx: np.ndarray, ok: np.ndarray, rms: np.ndarray,

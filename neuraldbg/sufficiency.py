@@ -35,7 +35,7 @@ import dataclasses
 import numpy as np
 from scipy import stats
 
-from neuraldbg.events import loss_dynamics
+from neuraldbg.events import loss_dynamics, rose_after_first_update
 from neuraldbg.records import Hypothesis
 from neuraldbg.thresholds import ThresholdConfig
 from neuraldbg.trace import Trace
@@ -479,8 +479,10 @@ def fell_early_then_settled(trace: Trace, config: ThresholdConfig | None = None)
     w = max(3, int(round(cfg.plateau_window * n)))
     if n < max(cfg.plateau_min_steps, 3 * w):
         return None
-    start, second, end = (float(np.median(loss[:3])), float(np.median(loss[w:2 * w])),
-                          float(np.median(loss[-w:])))
+    # a loss that leapt after the first update started at its first value (the fall
+    # back from the leap is no learning)
+    start = float(loss[0]) if rose_after_first_update(loss, w) else float(np.median(loss[:3]))
+    second, end = float(np.median(loss[w:2 * w])), float(np.median(loss[-w:]))
     lowest = min(float(np.median(loss[i:i + w])) for i in range(0, n - w + 1, w))
     if not (start > 0 and (start - end) / start >= 2 * cfg.plateau_improvement
             and (start - second) / start >= cfg.plateau_improvement

@@ -164,6 +164,11 @@ class ThresholdConfig:
         Without a known scheme: median init gain std(out)/rms(in) of Linear/Conv layers
         above this is an init too large. PyTorch's default gives 1/sqrt(3) ~ 0.58,
         Kaiming-ReLU ~1.41 (the largest standard init); 3 is 5x the default.
+    gain_min_units : int, default=8
+        Fewest output units of a Linear/Conv layer for its std(out)/rms(in) to count as an
+        init gain: over fewer units (a classifier head of a few classes) the units' own
+        offsets rule the std (a default-init LSTM's 4-unit head read 2.2x the default
+        gain, an init too large).
     start_grad_ratio_high : float, default=2.0
         Global gradient norm / parameter norm at the first step, before any update: above
         this the gradients are far larger than the weights from the start, which the init,
@@ -341,6 +346,7 @@ class ThresholdConfig:
     depth_gain_high: float = 10.0
     vanished_layers_deep: int = 4
     init_gain_high: float = 3.0
+    gain_min_units: int = 8
     start_grad_ratio_high: float = 2.0
     start_grad_ratio_low: float = 3e-3
     start_update_ratio_high: float = 1.0

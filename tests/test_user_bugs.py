@@ -840,26 +840,27 @@ class _SignSum(nn.Module):
         return self.head(out[:, -1])
 
 
-class _TwoLayerLSTM(nn.Module):
-    """A 2-layer LSTM read at its last step: a 3-class task on 4-channel sequences."""
+class _LSTMClassifier(nn.Module):
+    """An LSTM read at its last step: a 3-class task on 4-channel sequences."""
 
-    def __init__(self) -> None:
+    def __init__(self, num_layers: int, hidden: int) -> None:
         super().__init__()
-        self.rnn = nn.LSTM(4, 16, num_layers=2, batch_first=True)
-        self.head = nn.Linear(16, 3)
+        self.rnn = nn.LSTM(4, hidden, num_layers=num_layers, batch_first=True)
+        self.head = nn.Linear(hidden, 3)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out, _ = self.rnn(x)
         return self.head(out[:, -1])
 
 
-def _train_lstm_adam(lr: float, seed: int) -> ndb.Trace:
+def _train_lstm_adam(lr: float, seed: int, *, num_layers: int = 2, hidden: int = 16
+                     ) -> ndb.Trace:
     """Three epochs of Adam over a shuffled set of 1,024 sequences, no clipping."""
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(1024, 15, 4, generator=g)
     y = (x[:, :, 0].mean(1) > 0.1).long() + (x[:, :, 1].mean(1) > 0.1).long()
     torch.manual_seed(seed)
-    model = _TwoLayerLSTM()
+    model = _LSTMClassifier(num_layers, hidden)
     return _train_epochs(model, torch.optim.Adam(model.parameters(), lr=lr), x, y, g,
                          epochs=3)
 
@@ -882,6 +883,28 @@ def test_a_loss_that_leaps_after_the_first_step_and_falls_back_to_chance_is_a_fa
     _assert_healthy(twin)
     assert max((h.confidence for h in ndb.explain(twin, method="probabilistic")),
                default=0.0) < 0.5
+
+
+@pytest.mark.parametrize("seed", [2, 4])
+def test_a_first_step_that_outgrew_the_weights_is_the_rate_for_both_reasoners(seed: int
+                                                                              ) -> None:
+    """A 1-layer LSTM at Adam 1.0: the first step moves the weights by about 10x their norm
+    and the loss leaps (seed 4: 1.16 before it, 9.3 after, back to 1.4 at the end, chance
+    1.1; seed 2: 1.12, 4.3, 9.1, ending at 1.75). The stall rule gave a too-high rate half
+    its support (0.49), since such a rate more often diverges, and a guard read seed 4's
+    fall from the leap as early learning settled at the task's floor: the heuristic said the
+    rate at 0.45. The network measured progress from the median of the first three losses,
+    the leap itself: seed 2 "learned" and was judged healthy at 0.94, seed 4 hedged at 0.45.
+    The first step that outgrew the weights is the damage, as a loss that rose is, and the
+    fall back from the leap is no learning."""
+    trace = _train_lstm_adam(1.0, seed, num_layers=1, hidden=32)
+    assert trace.steps["update_ratio"].iloc[0] > 5.0
+    for method in ("heuristic", "probabilistic"):
+        top = ndb.explain(trace, method=method)[0]
+        assert top.root_cause == "learning_rate_too_high", (method, top)
+        assert top.confidence >= 0.5, (method, top)
+    twin = _train_lstm_adam(3e-3, seed, num_layers=1, hidden=32)
+    _assert_healthy(twin)
 
 
 @pytest.mark.parametrize("zero_grad", [False, True])

@@ -87,3 +87,16 @@ def test_a_first_step_that_outgrew_the_weights_is_the_rate() -> None:
                                                   "learning_rate_too_high"), top
     assert top.confidence >= 0.5, top
     assert top.metadata["cause_evidence"]["start_update_ratio"] > 5.0
+
+
+def test_a_head_of_a_few_units_measures_no_init_gain() -> None:
+    """The same LSTM at seed 3: its only layer pair measured for an init gain is the 4-unit
+    head, whose std over a few units the units' own offsets (biases) rule: it read 2.2x
+    PyTorch's default gain, and the run was an init too large at 0.95, a wrong cause said
+    with confidence. A layer of fewer than ``gain_min_units`` outputs measures no gain."""
+    trace = zoo_run("adam_sgd_lr_lstm", 3)
+    top = _top(trace)
+    assert top.root_cause == "learning_rate_too_high", top
+    assert top.confidence >= 0.5, top
+    assert not any(h.root_cause == "init_scale_too_large" and h.confidence >= 0.5
+                   for h in ndb.explain(trace)), ndb.explain(trace)[:3]
