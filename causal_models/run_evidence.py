@@ -39,9 +39,12 @@ def early_median(values: np.ndarray, n_steps: int) -> float:
 
 
 def early_loss(loss: np.ndarray, n_steps: int) -> float:
-    """The run's starting loss: :func:`early_median`, or the first loss when the loss leapt
-    right after the first update (:func:`neuraldbg.events.rose_after_first_update`, the
-    heuristic's rule): the fall back from that leap is no learning."""
+    """The run's starting loss, which its progress is measured from.
+
+    :func:`early_median`, or the first loss when the loss leapt right after the first update
+    (:func:`neuraldbg.events.rose_after_first_update`, the heuristic's rule): the fall back
+    from that leap is no learning.
+    """
     finite = loss[np.isfinite(loss)]
     if rose_after_first_update(finite, max(3, n_steps // 50)):
         return float(finite[0])
