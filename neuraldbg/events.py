@@ -436,8 +436,10 @@ def _improvement(c: _Columns, cfg: ThresholdConfig, win: CurveWindows, stop: int
     start = float(fin_prefix[0])
     if rose_after_first_update(fin_prefix, w, win):
         # the loss rose right after the first update: the first loss, taken on the initial
-        # weights, is where the run started, not the median of the rise that followed
-        first, low_first = start, min(low_first, start)
+        # weights, is where the run started, not the median of the rise that followed. One
+        # loss has no lower quartile: the last window's median is what compares with it (its
+        # lower quartile sits below any single loss by the minibatch noise alone)
+        first, low_first, low_last = start, start, last
     improvement = float((first - last) / max(abs(first), win.improvement_floor))
     out["improvement"] = improvement
     lower = float((low_first - low_last) / max(abs(low_first), win.improvement_floor))
