@@ -108,8 +108,8 @@ def test_a_leap_after_the_first_update_is_compared_median_to_loss():
     """A loss of 1.1 on the initial weights that leaps to 4-9 and falls back to a noisy 1.05
     stalled (8% under where it started). The lower-quartile test compared that one loss with
     the last window's lower quartile, which sits under any single loss by the minibatch noise
-    alone (15% "better" here), and the stall was read as learning (a user's LSTM at AdamW 1.0,
-    loss 1.1 -> 8.7 -> 1.0: no claim; now a stall, and the rate at 0.62)."""
+    alone (15% "better" here), and the stall was read as learning (a user's LSTM at Adam 1.0,
+    loss 1.1 -> 8.7 -> 1.0, was no stall; now it is one, the rate named at 0.40)."""
     rng = np.random.default_rng(0)
     n = 128
     loss = np.concatenate([[1.1, 1.9, 8.7, 4.2, 3.8], 3.8 + 0.3 * rng.standard_normal(10),
