@@ -631,13 +631,8 @@ _SOFTMAX_OUTPUTS = ("Softmax",)
 
 def _output_classes(trace: Trace, states: StateTable) -> int:
     """Width K of a softmax output layer: the fan-out of the weight layer feeding it."""
-    mods = trace.modules.set_index("module_name")
-    names = states.module_names
-    for name in reversed(names[:-1]):
-        fan_out = int(mods["fan_out"].get(name, 0)) if "fan_out" in mods else 0
-        if fan_out > 0:
-            return fan_out
-    return 0
+    feeding = [int(units) for units in _fan_out(trace, states)[:-1] if units > 0]
+    return feeding[-1] if feeding else 0
 
 
 def _output_floor(trace: Trace, states: StateTable, win: FactWindows) -> _OutputFloor:
