@@ -80,18 +80,22 @@ register_failure_mode("training_plateau", description="loss does not move with h
 
 
 @register_root_cause("learning_rate_too_high",
-                     parents=("lr_level", "clipping", "normalization", "lr_schedule"),
+                     parents=("lr_level", "clipping", "normalization", "lr_schedule", "arch"),
                      knob="lr_scale",
                      failure_types={"loss_divergence": 1.0, "exploding_gradients": 0.8,
                                     "dead_neurons": 0.2, "training_plateau": 0.1},
                      description="steps too large for the loss surface")
-def _lr_high(lr_level: str, clipping: str, normalization: str, lr_schedule: str) -> float:
+def _lr_high(lr_level: str, clipping: str, normalization: str, lr_schedule: str,
+             arch: str) -> float:
     p = {"high": BOUNDARY, "very_high": 0.97}.get(lr_level, 0.01)
     if clipping != "none":
         # clipping bounds the few huge steps of a rate spike; a rate that is too high at
         # every step still moves too far, less so when every update is capped
         p *= 0.05 if lr_schedule == "spike" else (0.5 if clipping == "tight" else 0.8)
-    return p if normalization == "none" else p * 0.3
+    # a normalization after a layer makes it blind to its weights' scale, so a large step
+    # grows those weights and shrinks the next steps; attention's query and key weights
+    # feed a softmax, not a normalization, and their logits grow with every large step
+    return p if normalization == "none" or arch == "attention" else p * 0.3
 
 
 @register_root_cause("learning_rate_too_low", parents=("lr_level",), knob="lr_scale",
