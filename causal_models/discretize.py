@@ -49,7 +49,7 @@ import numpy as np
 import pandas as pd
 
 from causal_models.bins import Bins
-from causal_models.run_evidence import early_median, log10_abs, run_states
+from causal_models.run_evidence import early_count, early_median, log10_abs, run_states
 from neuraldbg.trace import Trace
 
 __all__ = ["Discretized", "discretize", "slice_node"]
@@ -420,7 +420,7 @@ def _early_levels(step: np.ndarray, blk: np.ndarray, log_param: np.ndarray,
     initialisation cancel to ~1e-9 at step 0.
     """
     rec = np.unique(step)
-    early = np.isin(step, rec[:max(3, len(rec) // 50)]) & ~bad & (blk >= 0)
+    early = np.isin(step, rec[:early_count(len(rec))]) & ~bad & (blk >= 0)
     out = np.full(n_b, np.nan)
     if not early.any():
         return out

@@ -21,7 +21,7 @@ from neuraldbg.trace import Trace
 if TYPE_CHECKING:
     from causal_models.bins import Bins
 
-__all__ = ["run_states", "log10_abs", "early_median", "early_loss"]
+__all__ = ["run_states", "log10_abs", "early_count", "early_median", "early_loss"]
 
 
 def log10_abs(x: np.ndarray) -> np.ndarray:
@@ -30,10 +30,14 @@ def log10_abs(x: np.ndarray) -> np.ndarray:
         return np.log10(np.maximum(np.abs(x), 1e-30))
 
 
+def early_count(n_steps: int) -> int:
+    """How many of a run's first values are its early level: max(3, n_steps / 50)."""
+    return max(3, n_steps // 50)
+
+
 def early_median(values: np.ndarray, n_steps: int) -> float:
-    """Median of the finite values among the first max(3, n_steps / 50); NaN if none."""
-    k = max(3, n_steps // 50)
-    head = values[:k]
+    """Median of the finite values among the first :func:`early_count`; NaN if none."""
+    head = values[:early_count(n_steps)]
     head = head[np.isfinite(head)]
     return float(np.median(head)) if head.size else float("nan")
 
@@ -46,7 +50,7 @@ def early_loss(loss: np.ndarray, n_steps: int) -> float:
     from that leap is no learning.
     """
     finite = loss[np.isfinite(loss)]
-    if rose_after_first_update(finite, max(3, n_steps // 50)):
+    if rose_after_first_update(finite, early_count(n_steps)):
         return float(finite[0])
     return early_median(loss, n_steps)
 
