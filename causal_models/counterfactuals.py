@@ -9,12 +9,13 @@ every slice -> failure type:
    that of its unobserved parents (the latent knob levels ``lr_level``, ``init_level``,
    ``input_level``, the causes' latent traits) pin down where this run's ``U`` lies. Every
    other node is read through its table: the root cause from the faults
-   (:func:`.root_cause_under`), and each slice's loss, gradient and activation states and the
-   failure type as Gumbel-max mechanisms ``X = argmax_j (log P(j | parents) + G_j)``, whose
-   noise ``G`` is drawn given the state the run showed under the parents it had
-   (:mod:`causal_models.mechanisms`). (A discrete table does not identify its noise; the
-   Gumbel-max choice needs no order on the states and keeps a node's state whenever its
-   parents keep theirs, which is what makes a no-op exact.)
+   (:func:`.root_cause_under`), and each slice's loss, gradient and activation states, the
+   failure those states do not show and the failure type as Gumbel-max mechanisms
+   ``X = argmax_j (log P(j | parents) + G_j)``, whose noise ``G`` is drawn given the state
+   the run showed under the parents it had (:mod:`causal_models.mechanisms`). (A discrete
+   table does not identify its noise; the Gumbel-max choice needs no order on the states
+   and keeps a node's state whenever its parents keep theirs, which is what makes a no-op
+   exact.)
 2. **Action**: the knobs change. A multiplier moves a level by ``log10(k) / LEVEL_WIDTH``
    level steps from where the run sits inside its level (:func:`_landing`); an activation
    or normalization setting replaces that node's state; ``grad_clip=c`` sets the clipping

@@ -1,6 +1,7 @@
 """Node mechanisms: noise abduction and prediction through the slices.
 
-Every slice node and the failure type is read as the Gumbel-max mechanism
+Every slice node, the failure the slices do not show (``UNSEEN``) and the failure type is
+read as the Gumbel-max mechanism
 ``X = argmax_j (log P(j | parents) + G_j)`` of its conditional table, with ``G_j``
 independent standard Gumbels its exogenous noise (Oberst and Sontag 2019). Abduction draws
 the ``G`` that give the state the run showed under the parents it had
@@ -30,7 +31,7 @@ import numpy as np
 from causal_models.backend import network_cache
 from causal_models.discretize import slice_node
 from causal_models.fitted import FittedModel
-from causal_models.structure import NO_CAUSE, Structure
+from causal_models.structure import NO_CAUSE, UNSEEN, Structure
 
 __all__ = ["Table", "table_of", "slice_order", "root_cause_under", "failure_under",
            "posterior_gumbels", "gumbel_max",
@@ -214,6 +215,7 @@ def failure_under(reasoner: FittedModel, evidence: dict[str, str],
                 for table in map(lambda x: table_of(network, x), [*nodes, "failure_type"])
                 for p, idx in table.index.items() if p in evidence}
     noise = _abduct_slices(reasoner, nodes, evidence, cause, p_ft, observed)
+    unseen = table_of(network, UNSEEN)
     classes = list(reasoner.classes_)
     out = np.zeros(len(classes))
     for new_cause, weight in new_causes.items():
@@ -227,6 +229,8 @@ def failure_under(reasoner: FittedModel, evidence: dict[str, str],
                                           dtype=np.int64)
             logits = _log(table.values[:, _columns(table, known, SAMPLES)].T)
             known[node] = gumbel_max(logits, noise[node])
+        logits = np.tile(_log(unseen.column({"root_cause": new_cause})), (SAMPLES, 1))
+        known[UNSEEN] = gumbel_max(logits, noise[UNSEEN])
         logits = _log(ft.values[:, _columns(ft, known, SAMPLES)].T)
         outcome = gumbel_max(logits, noise["failure_type"])
         shares = np.bincount(outcome, minlength=len(ft.states)) / SAMPLES
@@ -237,11 +241,13 @@ def failure_under(reasoner: FittedModel, evidence: dict[str, str],
 def _abduct_slices(reasoner: FittedModel, nodes: list[str], evidence: dict[str, str],
                    cause: str, p_ft: np.ndarray, observed: dict[str, np.ndarray]
                    ) -> dict[str, np.ndarray]:
-    """1. Abduction: the Gumbel noise of every slice node and of the failure type.
+    """1. Abduction: the Gumbel noise of the slice nodes, ``UNSEEN`` and the failure type.
 
     Each slice node showed its state in ``evidence`` under its factual parents (root cause
     ``cause``); the failure type's state is drawn from ``p_ft`` (stratified, in
-    ``classes_`` order), under the last slice's factual states.
+    ``classes_`` order), and the latent ``UNSEEN`` from its posterior given that failure
+    type, the cause and the last slice's factual states,
+    ``P(u | cause) P(failure type | states, u)``.
     """
     network = reasoner.network_
     rng = np.random.default_rng(SEED)
@@ -260,6 +266,15 @@ def _abduct_slices(reasoner: FittedModel, nodes: list[str], evidence: dict[str, 
     drawn = np.minimum(np.searchsorted(np.cumsum(probs / probs.sum()), _stratified(
         rng, SAMPLES), side="right"),
                        len(probs) - 1)
+    unseen = table_of(network, UNSEEN)
+    prior = unseen.column({"root_cause": cause})
+    like = np.stack([ft.values[drawn, _columns(ft, {**factual, UNSEEN: np.full(
+        SAMPLES, k, dtype=np.int64)}, SAMPLES)] for k in range(len(unseen.states))], axis=1)
+    post = prior[None, :] * like
+    post /= np.clip(post.sum(axis=1, keepdims=True), 1e-300, None)
+    factual[UNSEEN] = np.minimum((post.cumsum(axis=1) < _stratified(rng, SAMPLES)[:, None])
+                                 .sum(axis=1), len(unseen.states) - 1).astype(np.int64)
+    noise[UNSEEN] = posterior_gumbels(rng, np.tile(_log(prior), (SAMPLES, 1)), factual[UNSEEN])
     logits = _log(ft.values[:, _columns(ft, factual, SAMPLES)].T)
     noise["failure_type"] = posterior_gumbels(rng, logits, drawn)
     return noise

@@ -48,8 +48,10 @@ from causal_models.posterior import calibrate_joint, joint_posterior
 from causal_models.registry import code_bug_failure_types, list_failure_modes, list_root_causes
 from causal_models.sensors import stated_evidence
 from causal_models.structure import (
+    UNSEEN,
     Structure,
     build_structure,
+    failure_unseen,
     root_cause_states,
     unmodelled_causes,
 )
@@ -267,6 +269,10 @@ class ProbabilisticReasoner:
         traces = list(traces)
         if not traces:
             raise ValueError("fit needs at least one trace with ground truth; got none.")
+        self.structure_ = _structure(n_slices=self.n_time_slices, n_blocks=self.n_blocks,
+                                     prior_strength=self.prior_strength,
+                                     persistence=self.persistence, coupling=self.coupling,
+                                     rule_evidence=self.rule_evidence, rule_trust=self.rule_trust)
         rows, families, plain, placed = [], [], [], []
         for i, trace in enumerate(traces):
             gt = trace.ground_truth
@@ -275,14 +281,12 @@ class ProbabilisticReasoner:
                     f"Trace {i} has no meta['ground_truth']; fit on failure-zoo runs "
                     "(experiments.run_scenario) or add the ground truth to the trace meta.")
             disc = self.observe(trace)
-            rows.append({**disc.states, **training_labels(gt)})
+            labels = training_labels(gt)
+            rows.append({**disc.states, **labels, UNSEEN: failure_unseen(
+                self.structure_, disc.states, labels["failure_type"])})
             placed.append({**rows[-1], **{f"feature:{k}": v for k, v in disc.features.items()}})
             families.append(str(gt.get("family", f"run{i}")))
             plain.append(is_plain(gt))
-        self.structure_ = _structure(n_slices=self.n_time_slices, n_blocks=self.n_blocks,
-                                     prior_strength=self.prior_strength,
-                                     persistence=self.persistence, coupling=self.coupling,
-                                     rule_evidence=self.rule_evidence, rule_trust=self.rule_trust)
         data = pd.DataFrame(rows)
         weights = family_weights(families, self.balance)
         self.network_ = estimate_tables(self.structure_, data, weights)

@@ -54,7 +54,12 @@ class PriorShape:
         Weight of a ``rule_strength`` grade that :data:`_STRENGTH_PRIOR` does not name.
     rule_miss : float, default=1e-3
         P(the rules name a failure type or a cause that their own grade rules out): a
-        silent verdict under a failure, a healthy verdict naming a cause.
+        silent verdict under a failure, a healthy verdict naming a cause. Also the weight
+        left to "healthy" when a run fails though its layer states do not show it, and
+        P(that happens) with no cause.
+    unseen : float, default=0.1
+        P(a cause's failure does not show in the last slice's layer states)
+        (:data:`causal_models.structure.UNSEEN`); the data outweigh it.
     """
 
     level_ok: float = 4.0
@@ -65,6 +70,7 @@ class PriorShape:
     emission_floor: float = 0.02
     strength_floor: float = 0.01
     rule_miss: float = 1e-3
+    unseen: float = 0.1
 
 
 #: The shape used by :func:`causal_models.structure.build_structure`.

@@ -17,7 +17,8 @@ in the causal direction (knobs cause the dynamics, the failure is what the dynam
     grad[b]@t <- root_cause, grad[b]@t-1, grad[b+1]@t     gradients flow output -> input
     act[b]@t  <- root_cause, act[b]@t-1,  act[b-1]@t      activations flow input -> output
         |
-        v  (the last slice's loss, gradient and activation states; the output gradient before)
+        v  (the last slice's loss, gradient and activation states; the output gradient before;
+        |   failure_unseen <- root_cause, a failure those states do not show)
     failure_type  ->  run evidence (progress, spikes, grad_ratio), the rules' verdict
 
 The rules decide which edges exist (a cause's fault node hangs on the parents its rule
@@ -25,9 +26,10 @@ names) and give every conditional table its Dirichlet pseudo-counts: a cause's r
 P(fault | parents); the signatures of the failure modes a cause produces give P(slice state
 | root cause), tilted toward the previous slice's state (persistence) and the neighbour
 block's (propagation); the same signatures, inverted by Bayes' rule, give P(failure type |
-last slice). Zoo traces then update those counts (:mod:`causal_models.network`). Since the
-root cause reaches the failure only through the slices, ``do()`` on a knob changes the
-predicted dynamics, and the failure follows from them.
+last slice). Zoo traces then update those counts (:mod:`causal_models.network`). The root
+cause reaches the failure through the slices, and directly only through :data:`UNSEEN`, the
+failure the recorded states do not show: ``do()`` on a knob changes the predicted dynamics,
+and the failure follows from them.
 """
 
 from __future__ import annotations
@@ -72,6 +74,8 @@ __all__ = [
     "LEVEL_NODES",
     "LEVEL_WIDTH",
     "NO_CAUSE",
+    "UNSEEN",
+    "failure_unseen",
 ]
 
 #: Latent knob-level node -> the multiplicative knob that moves it (from :data:`KNOBS`).
@@ -79,6 +83,16 @@ LEVEL_NODES: dict[str, str] = {k.node: k.name for k in KNOBS.values() if k.kind 
 #: Decades of the knob per level step (from :data:`KNOBS`).
 LEVEL_WIDTH: dict[str, float] = {k.node: float(k.level_width or 1.0) for k in KNOBS.values()
                                  if k.kind == "multiplier"}
+#: The failure the layer states do not show: a latent binary node, child of the root cause and
+#: parent of the failure type beside the last slice's states. A run can fail while every
+#: block state of its last slices reads healthy (a recurrent net at a rate far too high whose
+#: loss rises and falls back to chance, a stall a code bug makes); without this node the
+#: failure type hangs on those healthy states alone, its noise carries the failure, and no
+#: change of root cause can move it: ``what_if`` answered 0.99 for tenfold cuts that re-run
+#: healthy. Through it the cause reaches the failure directly where the states say nothing.
+UNSEEN = "failure_unseen"
+
+
 def unmodelled_causes() -> list[str]:
     """Causes of the vocabulary with no registered fault fragment.
 
@@ -111,7 +125,7 @@ class Structure:
     roles : dict of str to str
         Node -> role: ``knob``, ``latent_knob``, ``context``, ``trait``, ``knob_evidence``,
         ``fault``, ``root_cause``, ``cause_evidence``, ``failure_type``, ``rule_evidence``,
-        ``run_evidence`` or ``slice``.
+        ``run_evidence``, ``slice`` or ``mediator`` (:data:`UNSEEN`).
     prior : dict of str to numpy.ndarray
         Node -> pseudo-counts, shape ``(n_states, prod(parent cards))``, parent configurations
         in ``itertools.product`` order of the sorted parents.
@@ -295,11 +309,46 @@ def _add_failure_type(nodes: NodeTables, n_slices: int, n_blocks: int,
         where_of[lead] = ("early" if last - 1 < max(1, n_slices - 2) else "late", "output")
     # one table per parent, not one signature lookup per parent configuration (81,920 rows)
     tables = _signature_tables(where_of, nodes.states, mode_of, ft_states)
+    healthy = ft_states.index(HEALTHY)
 
     def ft_row(**kw: str) -> np.ndarray:
-        return _failure_row(kw, tables, len(ft_states))
+        unseen = kw.pop(UNSEEN)
+        row = _failure_row(kw, tables, len(ft_states))
+        if unseen == "yes":  # a failure all the same: the failure types as the states rank them
+            row = row.copy()
+            row[healthy] = 0.0
+            row = row / row.sum()
+            row[healthy] = PRIOR_SHAPE.rule_miss
+        return row
 
-    nodes.add("failure_type", ft_states, tuple(sorted(ft_parents)), "failure_type", ft_row)
+    nodes.add("failure_type", ft_states, tuple(sorted([*ft_parents, UNSEEN])), "failure_type",
+              ft_row)
+
+
+def _add_unseen(nodes: NodeTables, rc_states: tuple[str, ...]) -> None:
+    """:data:`UNSEEN`, a child of the root cause: rare under any cause, never without one."""
+    def row(root_cause: str) -> np.ndarray:
+        p = PRIOR_SHAPE.rule_miss if root_cause == NO_CAUSE else PRIOR_SHAPE.unseen
+        return np.array([1.0 - p, p])
+
+    nodes.add(UNSEEN, ("no", "yes"), ("root_cause",), "mediator", row)
+
+
+def failure_unseen(structure: Structure, states: dict[str, str], failure_type: str) -> str:
+    """The :data:`UNSEEN` label of a fitting run (``fit`` only).
+
+    ``"yes"`` when the run failed (``failure_type`` is not healthy) while the signatures rank
+    its last slice's states healthy first (the prior of ``failure_type`` given those states
+    and ``UNSEEN = "no"``), else ``"no"``.
+    """
+    if failure_type == HEALTHY:
+        return "no"
+    parents = structure.parents["failure_type"]
+    index = [structure.states[p].index("no" if p == UNSEEN else states[p]) for p in parents]
+    column = int(np.ravel_multi_index(index, [len(structure.states[p]) for p in parents]))
+    prior = structure.prior["failure_type"][:, column]
+    ft_states = structure.states["failure_type"]
+    return "yes" if ft_states[int(np.argmax(prior))] == HEALTHY else "no"
 
 
 def _produced(causes: list[CauseFragment], ft_states: tuple[str, ...]
@@ -362,6 +411,7 @@ def build_structure(*, n_slices: int = 4, n_blocks: int = 3, prior_strength: flo
     add_run_evidence(nodes, causes, mode_of)
     _add_slices(nodes, n_slices, n_blocks, _produced(causes, ft_states), mode_of, ft_states,
                 persistence, coupling)
+    _add_unseen(nodes, rc_states)
     _add_failure_type(nodes, n_slices, n_blocks, mode_of, ft_states)
     prior = {node: pseudo_counts(node, nodes.states[node], nodes.parents[node], nodes.states,
                           nodes.rows[node], prior_strength)

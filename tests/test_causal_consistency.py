@@ -92,16 +92,15 @@ def test_p_failure_is_monotone_in_the_learning_rate(family: str, scales: tuple[f
 
 
 @pytest.mark.parametrize("family", ["lr_too_high", "dead_relu_high_lr", "lr_spike",
-                                    pytest.param("rnn_no_clip", marks=pytest.mark.xfail(
-                                        strict=True, reason=(
-    "Known weak answer, kept visible: the tightest clip (median norm / 30) on seed 0 moves "
-    "the raw P(failure) from 0.998 to 0.713, but the shipped model's calibration "
-    "(temperature 0.14, fitted on leave-one-family-out predictions that are right more "
-    "often than their raw confidence says) maps 0.713 to 0.994, a move of 0.003. The raw "
-    "answer stays high because the abduction moves the root cause to none (0.82) and the "
-    "slice states, predicted with the factual run's Gumbel noise, keep the factual failure "
-    "(0.69 in that stratum); with temperature 0.47 the move was 0.14.")))])
+                                    "rnn_no_clip"])
 def test_a_tighter_clip_changes_more(family: str) -> None:
+    """The clip is a value judged against the recorded norms: a tighter one changes more.
+
+    On the unclipped RNN (seed 0) the tightest clip once moved P(failure) by 0.003: the
+    abduction moved the root cause to none, but the slice states, all healthy, could not
+    carry the change to a failure they did not show (the failure type's noise kept it).
+    The failure the states do not show (``causal_models.structure.UNSEEN``) now follows
+    the root cause."""
     trace = _run(family)
     norms = _finite_norms(trace)
     clips = [norms.max() * 10, norms.max() * 0.5, float(np.median(norms)) * 3,

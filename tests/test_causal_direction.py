@@ -15,6 +15,7 @@ import pytest
 
 import causal_models
 from causal_models import to_networkx
+from causal_models.structure import UNSEEN
 
 
 @pytest.fixture(scope="module")
@@ -38,8 +39,10 @@ def test_layer_states_are_not_d_separated_from_the_knobs_given_the_failure(model
     slices = [n for n, r in model.structure_.roles.items() if r == "slice"]
     for knob in ("lr_level", "init_level", "activation", "clipping"):
         assert not nx.is_d_separator(graph, {knob}, set(slices), {"failure_type"}), knob
-    # and the failure type is a consequence: every one of its parents is a layer state
-    assert set(graph.predecessors("failure_type")) <= set(slices)
+    # and the failure type is a consequence: of the layer states, and of the root cause only
+    # through the failure those states do not show
+    assert set(graph.predecessors("failure_type")) <= set(slices) | {UNSEEN}
+    assert set(graph.predecessors(UNSEEN)) == {"root_cause"}
 
 
 def test_do_on_a_knob_changes_the_predicted_layer_states(model) -> None:

@@ -211,10 +211,14 @@ def test_export_graph_mermaid_and_tables(fitted) -> None:
     assert isinstance(table, pd.DataFrame)
     np.testing.assert_allclose(table.sum(axis=1), 1.0)
     # learned: a loss that fell with healthy layers is healthy, a non-finite one is not
-    # (parents: act[0]@1, act[1]@1, grad[0]@1, grad[1]@0, grad[1]@1, loss@1)
-    assert table.loc[("normal", "normal", "healthy", "healthy", "healthy", "low"), HEALTHY] > 0.5
-    assert table.loc[("anomalous", "anomalous", "nonfinite", "exploding", "nonfinite",
+    # (parents: act[0]@1, act[1]@1, failure_unseen, grad[0]@1, grad[1]@0, grad[1]@1, loss@1)
+    assert table.loc[("normal", "normal", "no", "healthy", "healthy", "healthy", "low"),
+                     HEALTHY] > 0.5
+    assert table.loc[("anomalous", "anomalous", "no", "nonfinite", "exploding", "nonfinite",
                       "nonfinite"), HEALTHY] < 0.1
+    # a failure the states do not show is a failure all the same
+    assert table.loc[("normal", "normal", "yes", "healthy", "healthy", "healthy", "low"),
+                     HEALTHY] < 0.1
     with pytest.raises(KeyError, match="Unknown node"):
         cpd_frame(model, "nope")
 

@@ -10,7 +10,7 @@ import pytest
 
 from causal_models import registry
 from causal_models.labels import training_labels
-from causal_models.structure import build_structure
+from causal_models.structure import UNSEEN, build_structure
 from neuraldbg.records import FAILURE_TYPES, HEALTHY, ROOT_CAUSES
 from neuraldbg.registry_base import DuplicateNameError, UnknownNameError
 
@@ -88,8 +88,9 @@ def test_a_registered_cause_and_mode_become_nodes_edges_and_priors() -> None:
             if dict(zip(s.parents["act[0]@0"], cfg))["root_cause"] == "noisy_labels"]
         assert (act[act_states.index("normal"), cols] > act[act_states.index("dead"),
                                                                 cols]).all()
-        # the failure type is a child of the last slice's layer states only
-        assert all("@" in p for p in s.parents["failure_type"])
+        # the failure type is a child of the last slice's layer states, and of the failure
+        # they do not show
+        assert all("@" in p or p == UNSEEN for p in s.parents["failure_type"])
         labels = training_labels({"failure_type": "training_plateau",
                                   "root_cause": "noisy_labels"})
         assert labels["label_quality"] == "noisy" and labels["fault:noisy_labels"] == "yes"

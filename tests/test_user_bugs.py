@@ -907,6 +907,25 @@ def test_a_first_step_that_outgrew_the_weights_is_the_rate_for_both_reasoners(se
     _assert_healthy(twin)
 
 
+@pytest.mark.parametrize("seed", [0, 2])
+def test_a_rate_cut_fixes_an_lstm_whose_layer_states_never_showed_the_failure(seed: int
+                                                                             ) -> None:
+    """The 1-layer LSTM at Adam 1.0 again: every block's gradient and activation state
+    reads healthy in every slice, the loss rises and falls back above chance. Re-run with
+    the rate 300x lower it learns. ``what_if`` said 0.99 for that cut: the abduction moved
+    the root cause to none, but the failure type hung on the healthy layer states alone,
+    and its noise, abducted from a failure those states did not show, kept the failure in
+    any world. The failure the states do not show is now a node of its own, a child of the
+    root cause (``causal_models.structure.UNSEEN``)."""
+    trace = _train_lstm_adam(1.0, seed, num_layers=1, hidden=32)
+    rerun = _train_lstm_adam(3e-3, seed, num_layers=1, hidden=32).steps["loss"].to_numpy()
+    assert np.median(rerun[-10:]) < 0.7 * rerun[0]  # the cut run learns
+    cut = ndb.what_if(trace, lr_scale=3e-3)
+    assert cut.p_failure_factual >= 0.5
+    assert cut.p_failure < 0.5, cut.metadata["prediction"]
+    assert ndb.what_if(trace, lr_scale=3.0).p_failure >= 0.5  # a higher rate still fails
+
+
 @pytest.mark.parametrize("zero_grad", [False, True])
 def test_an_lstm_trained_with_adam_without_zero_grad_is_named(zero_grad: bool) -> None:
     """Adam's noisy steps let the summed gradient norm fall now and then (0.66 of the steps
