@@ -90,7 +90,9 @@ class Counterfactual:
         Posterior over outcomes for the run as it happened.
     metadata : dict
         The three steps: ``abduction`` (posterior over latent nodes), ``action`` (node states
-        set or level moves) and ``prediction`` details.
+        set or level moves) and ``prediction`` details; ``cause_shares``, P(root cause |
+        the run fails), and ``cause_undetermined``, a sentence, when no known cause takes
+        half of it (the answer then says little).
     """
 
     knobs: dict[str, Any]
@@ -324,11 +326,12 @@ def what_if(reasoner: FittedModel, trace: Trace, **knobs: Any) -> Counterfactual
     faults = sorted(n for n, r in roles.items() if r == "fault")
     abduction: dict[str, Any] = {}
     prediction: dict[str, Any] = {}
+    strata = _strata(reasoner, evidence)
     if no_op:
         shift = np.zeros(len(classes))
     else:
         shift, abduction, prediction = _twin(reasoner, faults, evidence, acted, moves, latent,
-                                             features)
+                                             features, strata)
     # The counterfactual is the factual posterior with each stratum's prediction in place of
     # its factual share; both go through the same calibration map.
     cf_raw = np.clip(raw + shift, 0.0, None)
@@ -349,6 +352,7 @@ def what_if(reasoner: FittedModel, trace: Trace, **knobs: Any) -> Counterfactual
                                    for n, v in moves.items()}},
             "prediction": prediction,
             "no_op": no_op,
+            **_cause_shares(*strata, healthy),
             "raw_p_failure_factual": float(1.0 - raw[healthy]),
             "raw_p_failure": float(1.0 - cf_raw[healthy]),
         })
@@ -359,9 +363,10 @@ def _strata(reasoner: FittedModel, evidence: dict[str, str]) -> tuple[list[str],
 
     ``none`` is the root cause of a healthy run, and a run that fails has a cause
     (registered or ``unknown``), as :func:`.cause_given_failure` reads it for ``explain``.
-    The network cannot say so itself (the failure type is a child of the slice states, not
-    of the root cause), so part of a failure's posterior lies on ``none``: a failure with no
-    cause, which no knob could touch. That mass goes to the causes in proportion to their
+    The network cannot say so itself (the root cause reaches the failure type through the
+    slice states, and directly only through the failure those states do not show), so part
+    of a failure's posterior lies on ``none``: a failure with no cause, which no knob could
+    touch. That mass goes to the causes in proportion to their
     share of the failure, so a counterfactual reasons over the causes ``explain`` names.
     Each failure type's total, and so the factual posterior, is unchanged.
 
@@ -387,6 +392,39 @@ def _strata(reasoner: FittedModel, evidence: dict[str, str]) -> tuple[list[str],
     return [str(c) for c in causes], joint
 
 
+#: The root-cause state of a failure no registered cause explains.
+_UNKNOWN = "unknown"
+
+
+def _cause_shares(causes: list[str], joint: np.ndarray, healthy: int) -> dict[str, Any]:
+    """P(root cause | the run fails), and a caution when no known cause takes half of it.
+
+    ``{"cause_shares": {cause: share}}`` (shares from 0.01), with
+    ``"cause_undetermined"``, a sentence, when the run failed (raw P(failure) >= 0.5) and no
+    cause but ``unknown`` reaches 0.5: the
+    answer then mixes the strata, a change aimed at one cause moves only that cause's share
+    of P(failure), and no knob acts on an unknown cause, so a P(failure) that stays high is
+    the model not knowing, not a prediction. ``explain`` names such a failure ``unknown``.
+    On probe23's user runs whose cause read unknown, the fix a user would try re-ran
+    healthy on 6 of 9 while ``what_if`` said 0.99.
+    """
+    failing = np.delete(joint, healthy, axis=1).sum(axis=1)
+    total = float(failing.sum())
+    if total <= 0:
+        return {"cause_shares": {}}
+    shares = {c: float(v / total) for c, v in zip(causes, failing, strict=True)}
+    out: dict[str, Any] = {"cause_shares": {c: round(v, 4) for c, v in sorted(
+        shares.items(), key=lambda kv: -kv[1]) if v >= 0.01}}
+    failed = total >= 0.5 * float(joint.sum())  # the cause of a failure the run showed
+    if failed and max((v for c, v in shares.items() if c != _UNKNOWN), default=0.0) < 0.5:
+        top = ", ".join(f"{c} {v:.0%}" for c, v in list(out["cause_shares"].items())[:3])
+        out["cause_undetermined"] = (
+            f"the model does not single out this failure's cause ({top}): a change aimed at "
+            "one cause moves only its share of P(failure), and no knob acts on an unknown "
+            "cause, so a P(failure) that stays high means the model cannot tell")
+    return out
+
+
 def _outcome(proba: np.ndarray, classes: list[str], healthy: int) -> str:
     """The outcome ``p_failure`` reads: the most probable failure type if the run fails.
 
@@ -403,7 +441,7 @@ def _outcome(proba: np.ndarray, classes: list[str], healthy: int) -> str:
 
 def _twin(reasoner: FittedModel, faults: list[str], evidence: dict[str, str],
           acted: dict[str, str], moves: dict[str, float], latent: set[str],
-          features: dict[str, float]
+          features: dict[str, float], strata: tuple[list[str], np.ndarray]
           ) -> tuple[np.ndarray, dict[str, Any], dict[str, Any]]:
     """Abduction, action and prediction on the twin network, stratified by root cause.
 
@@ -426,7 +464,7 @@ def _twin(reasoner: FittedModel, faults: list[str], evidence: dict[str, str],
         Per stratum: the faults and the root cause after the action, and P(failure).
     """
     classes = list(reasoner.classes_)
-    causes, joint = _strata(reasoner, evidence)
+    causes, joint = strata
     shift = np.zeros(len(classes))
     abduction: dict[str, Any] = {"root_cause": {}, "p_fault": {}}
     prediction: dict[str, Any] = {"p_fault": {}, "root_cause": {}, "p_failure": {}}

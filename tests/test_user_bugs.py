@@ -1728,3 +1728,22 @@ def test_a_transformer_at_a_rate_too_high_is_not_blamed_on_its_labels() -> None:
     assert hyps[0].root_cause in {"learning_rate_too_high", "unknown"}, hyps[:3]
     assert not [h for h in hyps if h.confidence >= 0.5
                 and h.root_cause not in {"learning_rate_too_high", "unknown"}], hyps[:3]
+
+
+def test_what_if_says_so_when_no_cause_is_singled_out() -> None:
+    """The same encoder at Adam 0.1: seed 4's failure splits between the labels and the
+    rate (about a third each), and a 100x rate cut, which re-runs and learns, read 0.99
+    with nothing to say that the answer rests on a cause the model had not singled out.
+    ``explain`` names it ``unknown``; ``what_if`` now gives the causes' shares of the
+    failure and a caution. Seed 0, whose failure the rate explains, gets no caution."""
+    from neuraldbg.reporting.words import what_if_caveat
+
+    undetermined = ndb.what_if(_train_encoder_adam(0.1, 4), lr_scale=0.01)
+    assert undetermined.p_failure_factual >= 0.5
+    shares = undetermined.metadata["cause_shares"]
+    assert max(v for c, v in shares.items() if c != "unknown") < 0.5, shares
+    assert "does not single out" in what_if_caveat(undetermined.metadata)
+    determined = ndb.what_if(_train_encoder_adam(0.1, 0), lr_scale=0.01)
+    assert determined.metadata["cause_shares"]["learning_rate_too_high"] > 0.9
+    assert "cause_undetermined" not in determined.metadata
+    assert determined.p_failure < 0.5 <= determined.p_failure_factual

@@ -370,7 +370,8 @@ def what_if_caveat(metadata: Mapping[str, Any]) -> str:
 
     From ``metadata`` as :func:`neuraldbg.what_if` sets it: ``"thin_evidence"``, a trace too
     short for a verdict, ``"outside_vocabulary"``, a bug the trace shows that none of the
-    model's knobs or causes names, and ``"plateau_unclaimable"`` or
+    model's knobs or causes names, ``"cause_undetermined"``, a failure no known cause takes
+    half of (a change aimed at one cause moves only its share), and ``"plateau_unclaimable"`` or
     ``"saturation_unclaimable"``, a stall or a saturation the model reads that
     :func:`neuraldbg.explain` may not claim.
     """
@@ -388,6 +389,9 @@ def what_if_caveat(metadata: Mapping[str, Any]) -> str:
         notes.append(f"Caution: the causal model reads this run as stalled, but {stall}, so "
                      "explain does not call it a plateau: read P(failure) as the model's "
                      "reading, not a verdict.")
+    undetermined = metadata.get("cause_undetermined")
+    if isinstance(undetermined, str) and undetermined:
+        notes.append(f"Caution: {undetermined.rstrip('.')}.")
     saturated = metadata.get("saturation_unclaimable")
     if isinstance(saturated, str) and saturated:
         notes.append(f"Caution: the causal model reads this run as saturated, but {saturated} "
