@@ -19,9 +19,12 @@ an init three times or more, sigmoid units, batch normalization, clipping at 1) 
   failure is likelier anyway (sigmoid units for every treatment but the activation's, the
   CNN recipe for that), the naive difference in failure rates and DoWhy's adjusted estimate,
   which should move back to the randomised one;
-- ``network``: the shipped causal network's ``do()`` of the corresponding node: P(failure |
-  do(treated level)) - P(failure | do(control level)), with the levels the arms' multipliers
-  reach from a recipe at "ok" (the network's own context prior, not this corpus's mix).
+- ``network``: the shipped causal network's ``do()`` of the corresponding node, averaged over
+  this corpus's runs (g-computation): for each run, with its architecture and its other
+  drawn knobs kept and no bug in its code, P(failure | do(treated levels)) - P(failure |
+  do(control levels)), the levels those the arms' multipliers reach from a recipe at "ok"
+  (``network_do``); and the same under the network's own priors for everything else
+  (``network_do_prior``: the zoo's population, where half the runs carry a code bug).
 
 It writes ``results/knob_effects.json`` and prints one table.
 """
@@ -41,6 +44,10 @@ import pandas as pd
 
 import causal_models
 from benchmarks.runs import RunSpec, execute_run, load, run_outcome, run_path, zoo_fingerprint
+from causal_models.backend import normalised_joint
+from causal_models.labels import level_index
+from causal_models.registry import KNOB_NODES
+from causal_models.structure import LEVEL_WIDTH, unmodelled_causes
 from neuraldbg.records import HEALTHY
 from neuraldbg.trace import Trace
 
@@ -103,7 +110,7 @@ def run_corpus(n_runs: int, seed: int, run_dir: Path) -> pd.DataFrame:
         execute_run(spec.to_dict(), str(path))
         outcome = run_outcome(load(path))
         rows.append({"recipe": spec.family, **knobs, "failed": int(outcome["failed"]),
-                     "outcome": outcome["outcome"]})
+                     "outcome": outcome["outcome"], "path": str(path)})
     return pd.DataFrame(rows)
 
 
@@ -215,6 +222,7 @@ def _dowhy(design: pd.DataFrame, treatment: str, refute: bool, seed: int) -> dic
 
 
 def _network(node: str, control: tuple[str, ...], treated: tuple[str, ...]) -> float:
+    """The network's do() under its own priors: every other node as the network expects it."""
     model = causal_models.load_default_model()
 
     def p_fail(levels: tuple[str, ...]) -> float:
@@ -223,12 +231,79 @@ def _network(node: str, control: tuple[str, ...], treated: tuple[str, ...]) -> f
     return round(p_fail(treated) - p_fail(control), 3)
 
 
+#: The corpus's architecture context as the run's trace shows it (read per run).
+_TRACE_CONTEXT: tuple[str, ...] = ("arch", "depth")
+
+
+def _knob_states(row: pd.Series) -> dict[str, str]:
+    """The network's knob states of a randomised run's drawn knobs (its recipe at "ok")."""
+    out = {}
+    for node, column in (("lr_level", "lr_scale"), ("init_level", "init_scale")):
+        sts = KNOB_NODES[node]
+        out[node] = sts[level_index(math.log10(float(row[column])) / LEVEL_WIDTH[node],
+                                    len(sts), centred=sts[0] != "ok")]
+    out["activation"] = str(row["activation"])
+    out["normalization"] = str(row["normalization"])
+    out["clipping"] = "peaks" if float(row["grad_clip"]) > 0 else "none"
+    return out
+
+
+def _network_adjusted(data: pd.DataFrame, column: str, test: Any, node: str) -> float:
+    """The network's do() averaged over the corpus's runs (g-computation).
+
+    The randomised difference compares the arms over *this corpus's* mix of recipes and
+    other knobs; the network's own do() (:func:`_network`) averages over its priors, a
+    different population: the zoo's, where a run with every knob fine still fails half the
+    time from a bug in its code (P(failure | do(lr_level=ok)) is 0.49 on a ReLU MLP). Here
+    each run keeps its architecture context (from its trace) and its other drawn knobs, and
+    no code bug (the corpus has none); the treated node is set in turn to each level the
+    treated arm's runs reached (weighted as they occur), then to each of the control arm's,
+    and the effect is the mean over runs of P(failure | do(treated), run) - P(failure |
+    do(control), run): the adjustment formula with the network as the outcome model.
+    """
+    model = causal_models.load_default_model()
+    bugs = set(unmodelled_causes())
+    states = [_knob_states(row) for _, row in data.iterrows()]
+    context = []
+    for path in data["path"]:
+        evidence = model.evidence(load(path))
+        context.append({n: evidence[n] for n in _TRACE_CONTEXT if n in evidence})
+    arm = data[column].map(test).astype(bool).to_numpy()
+    levels = {flag: pd.Series([st[node] for st, a in zip(states, arm, strict=True)
+                               if a == flag]).value_counts(normalize=True).to_dict()
+              for flag in (True, False)}
+    cache: dict[tuple[tuple[str, str], ...], float] = {}
+
+    def p_fail(do: dict[str, str]) -> float:
+        # the knobs and context are roots, so do() is conditioning on them; the corpus's
+        # runs carry no bug in the training code, so the root cause is kept off those
+        key = tuple(sorted(do.items()))
+        if key not in cache:
+            factor = normalised_joint(model.inference(), ["failure_type", "root_cause"], do)
+            values = np.asarray(factor.values)
+            if factor.variables[0] != "failure_type":
+                values = values.T
+            causes = factor.state_names["root_cause"]
+            values = values[:, [i for i, c in enumerate(causes) if c not in bugs]]
+            healthy = factor.state_names["failure_type"].index(HEALTHY)
+            cache[key] = 1.0 - float(values[healthy].sum() / values.sum())
+        return cache[key]
+
+    effects = []
+    for st, ctx in zip(states, context, strict=True):
+        base = {**ctx, **{k: v for k, v in st.items() if k != node}}
+        p = {flag: sum(w * p_fail({**base, node: lv}) for lv, w in levels[flag].items())
+             for flag in (True, False)}
+        effects.append(p[True] - p[False])
+    return round(float(np.mean(effects)), 3)
+
+
 def estimate(data: pd.DataFrame, seed: int = 0) -> list[dict[str, Any]]:
     """One row per treatment: randomised, DoWhy (with refuters), confounded, network."""
     design = _design(data)
     rng = np.random.default_rng(seed)
     rows = []
-    for i, (name, (_, _, node, control, treated)) in enumerate(TREATMENTS.items()):
+    for i, (name, (column, test, node, control, treated)) in enumerate(TREATMENTS.items()):
         t = f"t{i}"
         arm1, arm0 = design[design[t] == 1], design[design[t] == 0]
         k1, k0 = int(arm1["failed"].sum()), int(arm0["failed"].sum())
@@ -247,7 +322,8 @@ def estimate(data: pd.DataFrame, seed: int = 0) -> list[dict[str, Any]]:
             "dowhy": _dowhy(design, t, refute=True, seed=seed),
             "confounded": {"n": int(keep.sum()), "naive": round(naive, 3),
                            "adjusted": _dowhy(obs, t, refute=False, seed=seed)["estimate"]},
-            "network_do": _network(node, control, treated),
+            "network_do": _network_adjusted(data, column, test, node),
+            "network_do_prior": _network(node, control, treated),
         })
     return rows
 
