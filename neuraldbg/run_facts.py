@@ -122,10 +122,14 @@ class RunFacts:
     depth_gain : float
         rms of the last Linear/Conv output / rms of the first, at the first recorded step.
     weight_scale : float
-        Median over the Linear/Conv modules of their parameter norm at the first recorded step
-        over the norm PyTorch's default init gives them, ``sqrt(n_params / (3 fan_in))``
-        (weights and biases uniform in +-1/sqrt(fan_in)); NaN when none is measured. ~1 at
-        the default init, ~5 when every weight matrix was multiplied by 5.
+        Median over the Linear/Conv modules of their weight matrix's rms when the capture
+        was entered (``trace.meta["weight_diversity"]["rms"]``) over the rms PyTorch's
+        default init gives it, ``1 / sqrt(3 fan_in)``; NaN when none is measured. ~1 at the
+        default init, ~5 when every weight matrix was multiplied by 5. The weights alone:
+        the parameter norm at the first step (what a trace recorded before the rms was
+        kept is read by) counts the biases too, whose default norm floors it, so weights
+        x0.05 under default biases read 0.13-0.14 (in a 64-wide MLP), not 0.05, and
+        the network named a negative bias or a blocked gradient at 0.63-0.65.
     n_gain_pairs : int
     start_grad_ratio : float
         Global gradient norm / parameter norm at the first step of the run, before any
@@ -717,15 +721,30 @@ _NORMALISING_OPTIMIZERS = frozenset({
 
 
 def _weight_scale(trace: Trace) -> float:
-    """Linear/Conv parameter norms over PyTorch's default (see :class:`RunFacts`)."""
-    stats = trace.stats
+    """Linear/Conv weight scales over PyTorch's default (see :class:`RunFacts`)."""
     mods = trace.modules
-    if stats.empty or mods.empty or "param_norm" not in stats or "fan_in" not in mods:
+    if mods.empty or "fan_in" not in mods:
         return math.nan
-    # one row per module (a merged multi-rank trace has one per rank)
+    table = mods.drop_duplicates("module_name").set_index("module_name")
+    rms = ((trace.meta.get("weight_diversity") or {}).get("rms") or {})
+    # the weight matrices' own rms at enter: PyTorch's default draws them uniform in
+    # +-1/sqrt(fan_in), an rms of 1/sqrt(3 fan_in)
+    ratios = [float(rms[name]) * math.sqrt(3.0 * float(fan_in))
+              for name, kind, n, fan_in in zip(table.index, table["module_type"],
+                                               table["n_trainable"], table["fan_in"],
+                                               strict=True)
+              if kind in _WEIGHT_TYPES and n > 0 and fan_in > 0
+              and isinstance(rms.get(name), (int, float)) and math.isfinite(rms[name])
+              and rms[name] > 0]
+    if ratios:
+        return float(np.median(ratios))
+    stats = trace.stats
+    if stats.empty or "param_norm" not in stats:
+        return math.nan
+    # a trace without the weights' rms (recorded before it was): the parameter norm, weights
+    # and biases together, at the first recorded step
     first = stats[stats["step"] == stats["step"].min()].groupby("module_name")[
         "param_norm"].mean()
-    table = mods.drop_duplicates("module_name").set_index("module_name")
     ratios = []
     for name, kind, n, fan_in in zip(table.index, table["module_type"], table["n_trainable"],
                                      table["fan_in"], strict=True):

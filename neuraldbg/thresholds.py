@@ -193,10 +193,11 @@ class ThresholdConfig:
     init_gain_low : float, default=0.12
         ... below this (a fifth of the default) an init too small.
     weight_scale_high : float, default=4.0
-        Without a known scheme: the median Linear/Conv parameter norm at the first step over
-        the norm PyTorch's default init gives that module (``sqrt(n_params / (3 fan_in))``)
-        above this is an init too large. Read from the weights themselves, it holds where
-        the signal's gain does not (biases that dominate tiny weights' outputs). Standard
+        Without a known scheme: the median Linear/Conv weight rms when the capture was
+        entered over the rms PyTorch's default init gives it (``1 / sqrt(3 fan_in)``;
+        :attr:`neuraldbg.run_facts.RunFacts.weight_scale`) above this is an init too
+        large. Read from the weights themselves, it holds where the signal's gain does not
+        (biases that dominate tiny weights' outputs). Standard
         schemes give 1 (PyTorch), ~1.7 (Xavier, square layers), ~2.45 (Kaiming for ReLU,
         orthogonal at gain sqrt(2)); 5x the default gives 5.
     weight_scale_low : float, default=0.1

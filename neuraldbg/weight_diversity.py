@@ -59,11 +59,16 @@ def _moments(grid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
                           correction=0)
 
 
-def _ratio(var: np.ndarray, mean: np.ndarray) -> float:
-    """Mean over columns of the std, over the rms of the grid (``rms^2 = mean(var + mean^2)``)."""
+def _rms(var: np.ndarray, mean: np.ndarray) -> float:
+    """The grid's rms from its per-column moments: ``rms^2 = mean(var + mean^2)``."""
     var, mean = np.maximum(var.astype(np.float64), 0.0), mean.astype(np.float64)
-    rms = math.sqrt(float(np.mean(var + mean * mean)))
-    return float(np.mean(np.sqrt(var))) / max(rms, _TINY)
+    return math.sqrt(float(np.mean(var + mean * mean)))
+
+
+def _ratio(var: np.ndarray, mean: np.ndarray) -> float:
+    """Mean over columns of the std, over the rms of the grid."""
+    return float(np.mean(np.sqrt(np.maximum(var.astype(np.float64), 0.0)))) / max(
+        _rms(var, mean), _TINY)
 
 
 def row_diversity(weight: torch.Tensor) -> float:
@@ -108,6 +113,8 @@ class WeightDiversity:
         self._pending: list[tuple[int, torch.Tensor, tuple[int, ...]]] = []
         self._points: list[tuple[int, list[float]]] = []
         self._last: tuple[int, list[float]] | None = None
+        # each module's first matrix's rms at the first measurement (enter, before any update)
+        self._rms: list[float] | None = None
         self._periodic = 0  # scheduled flushes seen
         # the grid views, made once while every matrix keeps its storage
         self._grids: tuple[tuple[int, ...], list[torch.Tensor]] | None = None
@@ -127,16 +134,20 @@ class WeightDiversity:
             return (int(step), torch.cat([t for g in grids for t in _moments(g)]),
                     tuple(g.shape[1] for g in grids))
 
-    def _diversities(self, moments: torch.Tensor, columns: tuple[int, ...]) -> list[float]:
-        """Each module's smallest row diversity, from the moments of :meth:`_measure`."""
+    def _diversities(self, moments: torch.Tensor, columns: tuple[int, ...]
+                     ) -> tuple[list[float], list[float]]:
+        """Each module's smallest row diversity and its first matrix's rms (:meth:`_measure`)."""
         host = moments.cpu().numpy()
         out = [math.inf] * len(self._names)
+        rms = [math.nan] * len(self._names)
         start = 0
         for cols, module in zip(columns, self._module_of, strict=True):
             var, mean = host[start:start + cols], host[start + cols:start + 2 * cols]
             start += 2 * cols
             out[module] = min(out[module], _ratio(var, mean))
-        return out
+            if math.isnan(rms[module]):
+                rms[module] = _rms(var, mean)
+        return out, rms
 
     def snapshot(self, step: int) -> None:
         """Measure now on the device; the values reach the host at the next :meth:`flush`."""
@@ -166,7 +177,10 @@ class WeightDiversity:
             measure = k <= _FIRST_POINTS or k & (k - 1) == 0
         now = self._measure(step) if measure else None
         for s, values, columns in [*self._pending, *([now] if now is not None else [])]:
-            point = (s, self._diversities(values, columns))
+            diversities, rms = self._diversities(values, columns)
+            if self._rms is None:
+                self._rms = rms
+            point = (s, diversities)
             if len(self._points) < _FIRST_POINTS + 1 and all(p[0] != s for p in self._points):
                 self._points.append(point)
             self._last = point
@@ -174,11 +188,21 @@ class WeightDiversity:
         return measure
 
     def to_dict(self) -> dict[str, Any] | None:
-        """``{"steps": [...], "modules": {name: [diversity per step]}}``, or None."""
+        """``{"steps": [...], "modules": {name: [diversity per step]}, "rms": {name: rms}}``.
+
+        ``rms`` is each module's first weight matrix's rms at the first measurement (the
+        capture's enter, before any update), on the measured grid; None when nothing was
+        measured.
+        """
         points = list(self._points)
         if self._last is not None and all(p[0] != self._last[0] for p in points):
             points.append(self._last)
         if not points:
             return None
-        return {"steps": [p[0] for p in points],
-                "modules": {n: [p[1][i] for p in points] for i, n in enumerate(self._names)}}
+        out: dict[str, Any] = {
+            "steps": [p[0] for p in points],
+            "modules": {n: [p[1][i] for p in points] for i, n in enumerate(self._names)}}
+        if self._rms is not None:
+            out["rms"] = {n: self._rms[i] for i, n in enumerate(self._names)
+                          if math.isfinite(self._rms[i])}
+        return out

@@ -1747,3 +1747,60 @@ def test_what_if_says_so_when_no_cause_is_singled_out() -> None:
     assert determined.metadata["cause_shares"]["learning_rate_too_high"] > 0.9
     assert "cause_undetermined" not in determined.metadata
     assert determined.p_failure < 0.5 <= determined.p_failure_factual
+
+
+def _train_tiny_weights_mlp(seed: int, scale: float) -> ndb.Trace:
+    """Six ReLU layers on a 4-class task, every weight matrix multiplied by ``scale`` after
+    construction (the biases keep PyTorch's default), SGD with momentum, minibatches."""
+    from sklearn.datasets import make_classification
+
+    x_np, y_np = make_classification(n_samples=512, n_features=20, n_informative=10,
+                                     n_classes=4, random_state=seed)
+    x = torch.tensor((x_np - x_np.mean(0)) / x_np.std(0), dtype=torch.float32)
+    y = torch.tensor(y_np)
+    torch.manual_seed(seed)
+    layers: list[nn.Module] = []
+    width = 20
+    for _ in range(5):
+        layers += [nn.Linear(width, 64), nn.ReLU()]
+        width = 64
+    model = nn.Sequential(*layers, nn.Linear(64, 4))
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.ndim >= 2:
+                p.mul_(scale)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    g = torch.Generator().manual_seed(seed)
+    dbg = ndb.NeuralDbg(model, optimizer=opt)
+    with dbg:
+        for _ in range(150):
+            idx = torch.randint(0, len(x), (64,), generator=g)
+            opt.zero_grad()
+            loss = F.cross_entropy(model(x[idx]), y[idx])
+            loss.backward()
+            opt.step()
+            dbg.step(loss)
+    return dbg.trace
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_weights_far_too_small_under_default_biases_are_not_another_cause(seed: int) -> None:
+    """Weights x0.05 with the biases at PyTorch's default: the units' outputs are their
+    biases, a layer's negative ones are dead from the first step, and the gradient never
+    reaches the first layers. The weight scale was read from the parameter norm, biases
+    included, whose default norm floors it (0.13 here, above the 0.1 that says too small),
+    and the network named a negative bias or a blocked gradient with confidence (0.73,
+    0.59), the heuristic missing normalization (0.99). The weight matrices' own rms, kept
+    when the capture is entered, reads 0.05, and both name the init."""
+    trace = _train_tiny_weights_mlp(seed, 0.05)
+    rms = trace.meta["weight_diversity"]["rms"]
+    first = trace.modules.set_index("module_name").loc["0"]
+    assert rms["0"] * math.sqrt(3 * first["fan_in"]) == pytest.approx(0.05, rel=0.2)
+    for method in ("probabilistic", "heuristic"):
+        hyps = ndb.explain(trace, method=method)
+        claims = [h for h in hyps if h.confidence >= 0.5]
+        assert claims and claims[0].root_cause == "init_scale_too_small", (method, hyps[:2])
+        assert all(h.root_cause in {"init_scale_too_small", "unknown"} for h in claims), claims
+    twin = _train_tiny_weights_mlp(seed, 1.0)
+    assert max((h.confidence for h in ndb.explain(twin, method="probabilistic")),
+               default=0.0) < 0.5
