@@ -1751,7 +1751,7 @@ def test_what_if_says_so_when_no_cause_is_singled_out() -> None:
 
 def _train_tiny_weights_mlp(seed: int, scale: float) -> ndb.Trace:
     """Six ReLU layers on a 4-class task, every weight matrix multiplied by ``scale`` after
-    construction (the biases keep PyTorch's default), SGD with momentum, minibatches."""
+    construction (the biases keep PyTorch's default), SGD with momentum, ten epochs."""
     from sklearn.datasets import make_classification
 
     x_np, y_np = make_classification(n_samples=512, n_features=20, n_informative=10,
@@ -1770,17 +1770,7 @@ def _train_tiny_weights_mlp(seed: int, scale: float) -> ndb.Trace:
             if p.ndim >= 2:
                 p.mul_(scale)
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    g = torch.Generator().manual_seed(seed)
-    dbg = ndb.NeuralDbg(model, optimizer=opt)
-    with dbg:
-        for _ in range(150):
-            idx = torch.randint(0, len(x), (64,), generator=g)
-            opt.zero_grad()
-            loss = F.cross_entropy(model(x[idx]), y[idx])
-            loss.backward()
-            opt.step()
-            dbg.step(loss)
-    return dbg.trace
+    return _train_epochs(model, opt, x, y, torch.Generator().manual_seed(seed), epochs=10)
 
 
 @pytest.mark.parametrize("seed", [0, 1])
