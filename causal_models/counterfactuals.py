@@ -366,8 +366,8 @@ def _strata(reasoner: FittedModel, evidence: dict[str, str]) -> tuple[list[str],
     The network cannot say so itself (the root cause reaches the failure type through the
     slice states, and directly only through the failure those states do not show), so part
     of a failure's posterior lies on ``none``: a failure with no cause, which no knob could
-    touch. That mass goes to the causes in proportion to their
-    share of the failure, so a counterfactual reasons over the causes ``explain`` names.
+    touch. That mass goes to the causes in proportion to their share of the failure, so a
+    counterfactual reasons over the causes ``explain`` names.
     Each failure type's total, and so the factual posterior, is unchanged.
 
     Returns
@@ -399,14 +399,13 @@ _UNKNOWN = "unknown"
 def _cause_shares(causes: list[str], joint: np.ndarray, healthy: int) -> dict[str, Any]:
     """P(root cause | the run fails), and a caution when no known cause takes half of it.
 
-    ``{"cause_shares": {cause: share}}`` (shares from 0.01), with
-    ``"cause_undetermined"``, a sentence, when the run failed (raw P(failure) >= 0.5) and no
-    cause but ``unknown`` reaches 0.5: the
-    answer then mixes the strata, a change aimed at one cause moves only that cause's share
-    of P(failure), and no knob acts on an unknown cause, so a P(failure) that stays high is
-    the model not knowing, not a prediction. ``explain`` names such a failure ``unknown``.
-    On probe23's user runs whose cause read unknown, the fix a user would try re-ran
-    healthy on 6 of 9 while ``what_if`` said 0.99.
+    ``{"cause_shares": {cause: share}}`` (shares from 0.01), with ``"cause_undetermined"``,
+    a sentence, when the run failed (raw P(failure) >= 0.5) and no cause but ``unknown``
+    reaches 0.5: the answer then mixes the strata, a change aimed at one cause moves only
+    that cause's share of P(failure), and no knob acts on an unknown cause, so a P(failure)
+    that stays high is the model not knowing, not a prediction. ``explain`` names such a
+    failure ``unknown``. On probe23's user runs whose cause read unknown, the fix a user
+    would try re-ran healthy on 6 of 9 while ``what_if`` said 0.99.
     """
     failing = np.delete(joint, healthy, axis=1).sum(axis=1)
     total = float(failing.sum())
