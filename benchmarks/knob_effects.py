@@ -44,8 +44,8 @@ import pandas as pd
 
 import causal_models
 from benchmarks.runs import RunSpec, execute_run, load, run_outcome, run_path, zoo_fingerprint
-from causal_models.backend import normalised_joint
 from causal_models.labels import level_index
+from causal_models.posterior import joint_posterior
 from causal_models.registry import KNOB_NODES
 from causal_models.structure import LEVEL_WIDTH, unmodelled_causes
 from neuraldbg.records import HEALTHY
@@ -262,7 +262,8 @@ def _network_adjusted(data: pd.DataFrame, column: str, test: Any, node: str) -> 
     do(control), run): the adjustment formula with the network as the outcome model.
     """
     model = causal_models.load_default_model()
-    bugs = set(unmodelled_causes())
+    classes = list(model.classes_)
+    causes = [c for c in model.root_causes_ if c not in set(unmodelled_causes())]
     states = [_knob_states(row) for _, row in data.iterrows()]
     context = []
     for path in data["path"]:
@@ -279,14 +280,8 @@ def _network_adjusted(data: pd.DataFrame, column: str, test: Any, node: str) -> 
         # runs carry no bug in the training code, so the root cause is kept off those
         key = tuple(sorted(do.items()))
         if key not in cache:
-            factor = normalised_joint(model.inference(), ["failure_type", "root_cause"], do)
-            values = np.asarray(factor.values)
-            if factor.variables[0] != "failure_type":
-                values = values.T
-            causes = factor.state_names["root_cause"]
-            values = values[:, [i for i, c in enumerate(causes) if c not in bugs]]
-            healthy = factor.state_names["failure_type"].index(HEALTHY)
-            cache[key] = 1.0 - float(values[healthy].sum() / values.sum())
+            joint = joint_posterior(model.inference(), do, classes, causes)
+            cache[key] = 1.0 - float(joint[classes.index(HEALTHY)].sum() / joint.sum())
         return cache[key]
 
     effects = []
