@@ -232,7 +232,7 @@ def _network(node: str, control: tuple[str, ...], treated: tuple[str, ...]) -> f
 
 
 #: The corpus's architecture context as the run's trace shows it (read per run).
-_TRACE_CONTEXT: tuple[str, ...] = ("arch", "depth")
+_TRACE_CONTEXT: tuple[str, ...] = ("arch", "depth", "optimizer")
 
 
 def _knob_states(row: pd.Series) -> dict[str, str]:

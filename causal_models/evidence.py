@@ -252,8 +252,12 @@ def sigmoid_decay_state(decades: float, bins: Bins | None = None) -> str:
 
 def observe_stack(trace: Trace, facts: Any, bins: Bins | None = None
                   ) -> tuple[dict[str, str], dict[str, float]]:
-    """The ``sigmoid_decay`` context state, the ``weight_scale`` knob evidence, their features.
+    """The ``sigmoid_decay`` and ``optimizer`` context states, the ``weight_scale`` evidence.
 
+    ``optimizer``: ``sgd`` when the optimizer's step grows with the gradient (SGD, with or
+    without momentum, and an optimizer the trace does not name:
+    :attr:`neuraldbg.run_facts.RunFacts.step_scales_with_gradient`), ``adaptive`` when it
+    divides by a running gradient size (Adam and its kin: every step is bounded by the rate).
     ``weight_scale``: ``small`` / ``large`` when the Linear/Conv weights' norm at the first
     step over PyTorch's default (:attr:`neuraldbg.run_facts.RunFacts.weight_scale`) is
     below ``bins.weight_scale_low`` / above ``bins.weight_scale_high``, ``default`` between,
@@ -263,13 +267,13 @@ def observe_stack(trace: Trace, facts: Any, bins: Bins | None = None
     ----------
     trace : Trace
     facts : neuraldbg.run_facts.RunFacts
-        The heuristic reasoner's run facts (its measured init gain).
+        The heuristic reasoner's run facts (its measured init gain, its optimizer).
     bins : Bins, optional
 
     Returns
     -------
     states : dict
-        ``{"sigmoid_decay": state, "weight_scale": state}``.
+        ``{"sigmoid_decay": state, "optimizer": state, "weight_scale": state}``.
     features : dict
         ``sigmoid_decay`` (decades, :func:`sigmoid_decay`), ``hidden_layers`` and
         ``weight_scale`` (decades).
@@ -282,7 +286,9 @@ def observe_stack(trace: Trace, facts: Any, bins: Bins | None = None
     measured = math.isfinite(scale) and scale > 0
     state = ("unknown" if not measured else "small" if scale < b.weight_scale_low
              else "large" if scale > b.weight_scale_high else "default")
-    return ({"sigmoid_decay": sigmoid_decay_state(decades, bins), "weight_scale": state},
+    return ({"sigmoid_decay": sigmoid_decay_state(decades, bins),
+             "optimizer": "sgd" if facts.step_scales_with_gradient else "adaptive",
+             "weight_scale": state},
             {"sigmoid_decay": decades, "hidden_layers": float(hidden),
              "weight_scale": math.log10(scale) if measured else math.nan})
 

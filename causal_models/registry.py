@@ -74,6 +74,9 @@ CONTEXT_NODES: dict[str, tuple[str, ...]] = {
     # how far a stack of sigmoid units with this depth and weight gain would shrink the
     # backward signal (causal_models.evidence.sigmoid_decay)
     "sigmoid_decay": ("mild", "strong", "severe"),
+    # whether the optimizer's step grows with the gradient (SGD) or is bounded by the rate
+    # (Adam and its kin: causal_models.evidence.observe_stack)
+    "optimizer": ("sgd", "adaptive"),
 }
 
 
