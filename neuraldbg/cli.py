@@ -13,6 +13,7 @@ import math
 import os
 import signal
 import sys
+import warnings
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -146,7 +147,7 @@ def _cmd_show(trace: Trace, args: argparse.Namespace) -> None:
     from dataclasses import asdict
 
     from neuraldbg.reporting import summarize_run
-    from neuraldbg.reporting.words import fmt_num
+    from neuraldbg.reporting.words import fmt_num, status_words
 
     s = summarize_run(trace)
     if args.json:
@@ -155,8 +156,9 @@ def _cmd_show(trace: Trace, args: argparse.Namespace) -> None:
     nf = s.first_nonfinite
     lines = [
         f"run         {args.run}",
-        f"status      {s.status}, {s.n_steps} steps ({s.n_recorded} with layer statistics"
-        + (f", {s.n_skipped} skipped by the optimizer" if s.n_skipped else "") + ")",
+        f"status      {status_words(s.status)}, {s.n_steps} steps ({s.n_recorded} with layer "
+        "statistics" + (f", {s.n_skipped} skipped by the optimizer" if s.n_skipped else "")
+        + ")",
         f"loss        first {fmt_num(s.loss_first)}, last {fmt_num(s.loss_last)} (medians of "
         "the first and last finite values)",
         ("peak loss   " + (f"{fmt_num(s.loss_peak)} at step {s.loss_peak_step}"
@@ -258,6 +260,7 @@ def _cmd_export(trace: Trace, args: argparse.Namespace) -> None:
 
 def _run(args: argparse.Namespace) -> None:
     import neuraldbg as ndb
+    from neuraldbg.sufficiency import why_no_step
 
     trace = ndb.load_trace(args.run)
     if args.command == "graph":
@@ -265,9 +268,16 @@ def _run(args: argparse.Namespace) -> None:
         return
     if args.command in ("explain", "graph", "report") and len(trace.steps) == 0:
         raise UsageError(f"the trace in {args.run} holds no recorded step, so there is "
-                         f"nothing to {args.command} (record at least one dbg.step(loss))")
+                         f"nothing to {args.command} ({why_no_step(trace.meta)})")
     {"show": _cmd_show, "explain": _cmd_explain, "what-if": _cmd_what_if,
      "report": _cmd_report, "export": _cmd_export}[args.command](trace, args)
+
+
+def _warning_line(message: Warning | str, category: type[Warning], filename: str,
+                  lineno: int, file: Any = None, line: str | None = None) -> None:
+    """A warning as one line on stderr (``neuraldbg: warning: ...``), without source lines."""
+    text = " ".join(str(message).split())
+    print(f"neuraldbg: warning: {text}", file=sys.stderr)
 
 
 def _fail(message: str) -> int:
@@ -283,7 +293,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
-        _run(args)
+        with warnings.catch_warnings():
+            warnings.showwarning = _warning_line
+            _run(args)
         sys.stdout.flush()
     except UsageError as exc:
         return _fail(str(exc))

@@ -31,6 +31,7 @@ Bugs a trace shows that no cause in the vocabulary names are
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import numpy as np
 from scipy import stats
@@ -42,7 +43,7 @@ from neuraldbg.trace import Trace
 
 __all__ = ["MIN_STEPS", "HEDGED_CONFIDENCE", "TAIL_SHARE", "TREND_MIN_POINTS", "TREND_ALPHA",
            "PLATEAU_CLAIM_MIN_LOSSES",
-           "usable_trace", "without_skipped_gradients", "loss_above_floor",
+           "usable_trace", "why_no_step", "without_skipped_gradients", "loss_above_floor",
            "without_masking_infinities", "thin_evidence",
            "learned_the_training_data", "LEARNED_DROP", "LEARNED_LOSS", "loss_ends",
            "LOSS_WINDOW_MAX", "SIGNED_LOSS_MARGIN", "SKIPPED_GRADIENT_COLUMNS",
@@ -96,18 +97,43 @@ def usable_trace(trace: Trace) -> Trace:
     trace = loss_above_floor(trace)
     trace = without_masking_infinities(trace)
     if len(trace.steps) == 0 or len(trace.stats) == 0:
+        error = trace.meta.get("error")
+        if len(steps) and error and trace.meta.get("status") == "failed":
+            raise ValueError(
+                f"No training step of this run finished: it raised {error} in step "
+                f"{int(steps['step'].max())}, before dbg.step(loss) closed the step, so there "
+                "is nothing to explain yet. The steps that finish before an exception are kept "
+                "and explained: fix the error and re-run.")
         if len(steps) and "loss" in steps and steps["loss"].isna().all():
             raise ValueError(
                 f"The trace's {len(steps)} steps were recorded without a loss "
                 "(dbg.step() called with no argument, and no loss in the model's output), so "
                 "there is nothing to explain a failure from. Pass the step's loss: "
                 "dbg.step(loss).")
+        on_disk = (" Read from disk, a trace whose run is marked running: "
+                   f"{why_no_step(trace.meta)}." if not len(steps)
+                   and trace.meta.get("status") == "running" else "")
         raise ValueError(
             "The trace holds no recorded step yet (no finished training step with "
             "statistics), so there is nothing to explain. Call dbg.step(loss) after at least "
             "one full training step (forward, backward, optimizer.step()) inside `with dbg:` "
-            "before explaining.")
+            "before explaining." + on_disk)
     return trace
+
+
+def why_no_step(meta: dict[str, Any]) -> str:
+    """Why a trace holds no step, from its metadata, in words for an error message.
+
+    A trace on disk whose run is marked ``running`` is still being written or its process
+    died before the first chunk was flushed (every ``flush_every`` steps); otherwise the run
+    recorded none.
+    """
+    if meta.get("status") == "running":
+        every = meta.get("flush_every")
+        return ("its run is still going, or was killed before its first write to disk"
+                + (f" (one every {every} steps)" if every else "")
+                + "; a run that exits, even by an exception, writes what it recorded")
+    return "record at least one dbg.step(loss)"
 
 
 #: Activation statistics of a module that masks with infinities: not read (NaN, or 0 counts).
@@ -132,6 +158,8 @@ def without_masking_infinities(trace: Trace) -> Trace:
             or not np.isfinite(steps["loss"].to_numpy(dtype=float)).all():
         return trace
     called = stats.loc[np.nan_to_num(stats["calls"].to_numpy(dtype=float)) > 0]
+    if not len(called):  # (no module call counted: nothing masks)
+        return trace
     masks = called.groupby("module_name", sort=False).apply(
         lambda rows: len(rows) >= 2 and bool((rows["act_inf"] > 0).all())
         and bool((rows["act_nan"] == 0).all()), include_groups=False)

@@ -17,11 +17,13 @@ from __future__ import annotations
 import json
 import os
 import socket
+import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -412,10 +414,41 @@ def _read_parts(root: Path, sub: str, columns: Iterable[str]) -> pd.DataFrame:
                 f"a {sub} chunk of a NeuralDBG trace (a file copied into the wrong folder?). "
                 "Put back the chunk the run wrote, or delete it to load the others."
             )
-        frames.append(frame)
+        frames.append(_checked_chunk(part, frame, columns))
     if not frames:
         return pd.DataFrame({c: pd.Series(dtype="float64") for c in columns})
     return pd.concat(frames, ignore_index=True)
+
+
+#: Columns of the step and statistics tables that hold text or flags, not numbers.
+_NON_NUMERIC = frozenset({"module_name", "recorded", "complete", "stepped"})
+
+
+def _checked_chunk(part: Path, frame: pd.DataFrame, columns: Iterable[str]) -> pd.DataFrame:
+    """A chunk with numbers in its numeric columns and every known column present.
+
+    A numeric column that holds text is a damaged file: the error names the chunk and the
+    column. A known column the chunk lacks (written by an older NeuralDBG, or a damaged
+    file) is added as NaN, not measured, with a warning, so that no method stops on it.
+    """
+    for column in frame.columns:
+        if column in _NON_NUMERIC or pd.api.types.is_numeric_dtype(frame[column]):
+            continue
+        try:
+            frame[column] = pd.to_numeric(frame[column])
+        except (TypeError, ValueError) as exc:
+            raise TraceFormatError(
+                f"Trace chunk {part}: column {column!r} holds values that are not numbers "
+                f"({exc}); the file is damaged. Put back the chunk the run wrote, or delete it "
+                "to load the others."
+            ) from exc
+    absent = [c for c in columns if c not in frame.columns and c not in _NON_NUMERIC]
+    if absent:
+        warnings.warn(f"Trace chunk {part} has no {', '.join(map(repr, absent))} column(s) "
+                      "(written by an older NeuralDBG, or a damaged file): they read as not "
+                      "measured.", stacklevel=4)
+        frame = frame.assign(**{c: np.nan for c in absent})
+    return frame
 
 
 def rank_shard(root: str | os.PathLike[str], rank: int) -> Path:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -9,6 +10,7 @@ import shutil
 import subprocess
 import sys
 
+import pandas as pd
 import pytest
 import torch
 from torch import nn
@@ -18,17 +20,27 @@ import neuraldbg as ndb
 from neuraldbg.cli import main
 
 
-def _record(path, steps: int = 20) -> None:
+def _record(path, steps: int = 20, *, raise_before_step: bool = False,
+            copy_while_running=None) -> None:
+    """A small regression run into ``path``; optionally it raises in its first step after
+    ``opt.step()`` (an error in the logging), or its directory is copied to
+    ``copy_while_running`` before the end, as a reader sees a run killed before its first
+    flush."""
     model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     x = torch.randn(32, 4)
-    with ndb.NeuralDbg(model, optimizer=opt, out=path, config={"lr": 0.05}) as dbg:
+    with contextlib.suppress(RuntimeError), \
+            ndb.NeuralDbg(model, optimizer=opt, out=path, config={"lr": 0.05}) as dbg:
         for _ in range(steps):
             opt.zero_grad()
             loss = (model(x) - x[:, :1]).pow(2).mean()
             loss.backward()
             opt.step()
+            if raise_before_step:
+                raise RuntimeError("CUDA out of memory (simulated)")
             dbg.step(loss)
+        if copy_while_running is not None:
+            shutil.copytree(path, copy_while_running)
 
 
 @pytest.fixture(scope="module")
@@ -53,6 +65,16 @@ def runs(tmp_path_factory):
     shutil.rmtree(root / "no_steps/steps")
     shutil.copy(healthy / "steps/part-000000.parquet", root / "modules_of_steps/modules.parquet")
     _record(root / "thin", steps=3)
+    # a loss column of text; a statistics chunk with three of its columns
+    for name in ("loss_strings", "stats_few_columns"):
+        shutil.copytree(healthy, root / name)
+    steps = pd.read_parquet(healthy / "steps/part-000000.parquet")
+    steps.assign(loss="x").to_parquet(root / "loss_strings/steps/part-000000.parquet")
+    stats = pd.read_parquet(healthy / "stats/part-000000.parquet")
+    stats[["step", "module_name", "act_mean"]].to_parquet(
+        root / "stats_few_columns/stats/part-000000.parquet")
+    _record(root / "raised_in_first_step", steps=1, raise_before_step=True)
+    _record(root / "healthy_again", steps=5, copy_while_running=root / "running")
     return root
 
 
@@ -171,7 +193,34 @@ BAD = {
     "steps_dir_missing": (["show", "{root}/no_steps"], "holds no step chunks"),
     "module_table_of_another_table": (["explain", "{root}/modules_of_steps"],
                                       "not a NeuralDBG module table"),
+    "loss_not_numbers": (["show", "{root}/loss_strings"],
+                         "column 'loss' holds values that are not numbers"),
+    "raised_in_its_first_step": (["explain", "{root}/raised_in_first_step"],
+                                 "No training step of this run finished: it raised "
+                                 "RuntimeError: CUDA out of memory"),
+    "what_if_raised_in_its_first_step": (["what-if", "--lr-scale", "0.1",
+                                          "{root}/raised_in_first_step"],
+                                         "before dbg.step(loss) closed the step"),
+    "killed_before_its_first_flush": (["explain", "{root}/running"],
+                                      "killed before its first write to disk"),
 }
+
+
+def test_a_statistics_chunk_short_of_columns_is_read_as_not_measured(runs, capsys):
+    """A chunk that lacks columns (an older writer, a damaged file) loads with a one-line
+    warning, its missing statistics not measured, and every command answers."""
+    for argv in (["show"], ["explain", "--method", "probabilistic"],
+                 ["what-if", "--lr-scale", "0.1"]):
+        assert main([*argv, str(runs / "stats_few_columns")]) == 0, argv
+        out, err = capsys.readouterr()
+        assert err.startswith("neuraldbg: warning: ") and "'param_grad_norm'" in err
+        assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_show_says_a_run_marked_running_may_have_been_killed(runs, capsys):
+    assert main(["show", str(runs / "running")]) == 0
+    assert "status      running, or killed (no clean exit was recorded), 0 steps" in (
+        capsys.readouterr().out)
 
 
 @pytest.mark.parametrize("case", sorted(BAD))

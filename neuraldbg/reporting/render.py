@@ -34,6 +34,7 @@ from neuraldbg.reporting.words import (
     evidence_sentence,
     failure_words,
     fmt_num,
+    status_words,
     verdict,
 )
 
@@ -214,9 +215,9 @@ def _summary_table(data: ReportData) -> str:
     s = data.summary
     nf = s.first_nonfinite
     rows = [
-        ("status", s.status), ("steps", f"{s.n_steps} ({s.n_recorded} with layer statistics"
-                                        + (f", {s.n_skipped} skipped by the optimizer"
-                                           if s.n_skipped else "") + ")"),
+        ("status", status_words(s.status)),
+        ("steps", f"{s.n_steps} ({s.n_recorded} with layer statistics"
+         + (f", {s.n_skipped} skipped by the optimizer" if s.n_skipped else "") + ")"),
         ("loss first / last (medians)", f"{fmt_num(s.loss_first)} / {fmt_num(s.loss_last)}"),
         ("peak loss", f"{fmt_num(s.loss_peak)} at step {s.loss_peak_step}"
          if s.loss_peak is not None else "-"),

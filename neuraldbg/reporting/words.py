@@ -29,7 +29,7 @@ from neuraldbg.trace import Trace
 
 __all__ = ["Verdict", "TraceEvidence", "verdict", "failure_words", "cause_words",
            "sureness", "fmt_num", "fmt_factor", "evidence_sentence", "what_if_meaning",
-           "what_if_caveat",
+           "what_if_caveat", "status_words",
            "knobs_words", "disagreement"]
 
 #: Confidence at or above which a hypothesis is a claim (the contract's line).
@@ -81,6 +81,17 @@ def sureness(confidence: float) -> str:
     if confidence >= 0.7:
         return "fairly sure"
     return "unsure"
+
+
+def status_words(status: str) -> str:
+    """The capture's run status as a reader takes it.
+
+    ``running`` on disk is a run still going, or one whose process died without a clean exit
+    (killed, out of memory): nothing tells the two apart from the trace.
+    """
+    if status == "running":
+        return "running, or killed (no clean exit was recorded)"
+    return status
 
 
 def fmt_num(x: float | None) -> str:
