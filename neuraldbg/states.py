@@ -288,8 +288,10 @@ def _activation_conditions(t: dict[str, np.ndarray], observed: np.ndarray,
                            dropout: np.ndarray) -> _ActivationConditions:
     """Outputs grown huge, dead or saturated (per activation family), with hysteresis.
 
-    A dropout module's zeros are drawn on purpose, so its outputs are never dead units
-    (``dropout`` marks those columns).
+    A dropout module's zeros are drawn on purpose: its output is dead only where nearly
+    every unit is zero for the whole batch (``cfg.dropout_dead_frac``; ``dropout`` marks
+    those columns), which no drop rate does to a batch: units zeroed before it, by an
+    activation applied as a function.
     """
     std = t["act_std"]
     with np.errstate(all="ignore"):
@@ -299,8 +301,10 @@ def _activation_conditions(t: dict[str, np.ndarray], observed: np.ndarray,
                                     | (act_growth > cfg.act_growth))
     act_ok = observed & ~nonfinite
     dead_frac = np.nan_to_num(t["act_frac_dead"])
-    dead = _hysteresis(act_ok & (dead_frac >= cfg.dead_frac),
-                       ~act_ok | (dead_frac >= cfg.dead_frac_exit)) & act_ok & ~dropout[None, :]
+    enter = np.where(dropout[None, :], cfg.dropout_dead_frac, cfg.dead_frac)
+    leave = np.where(dropout[None, :], cfg.dropout_dead_frac, cfg.dead_frac_exit)
+    dead = _hysteresis(act_ok & (dead_frac >= enter),
+                       ~act_ok | (dead_frac >= leave)) & act_ok
     saturating = np.isin(fam, SATURATING_FAMILIES)
     # A softmax that ends the network becomes one-hot when training succeeds: not a fault.
     if len(fam) and fam[-1] == "softmax":

@@ -85,6 +85,13 @@ class ThresholdConfig:
         about 0.5 (half its biases negative), which stays below.
     dead_frac_exit : float, default=0.4
         Hysteresis: a dead layer recovers only below this share.
+    dropout_dead_frac : float, default=0.95
+        A dropout module's zeros are its draws, so its output is dead only where nearly
+        every unit is zero for the whole batch: a drop rate p zeroes a unit for a batch of B
+        with probability p^B (0.95 of the units at most for p = 0.95 and a batch of one;
+        Dropout(0.95) after a ReLU on batches of 64 reads 0.2-0.4). Above this share the
+        units were zero before the dropout: an activation applied as a function
+        (``F.relu``), which has no module of its own, shows its dead units first here.
     sat_frac : float, default=0.5
         Share of outputs in the flat region of a saturating activation (sigmoid, tanh,
         softmax, GELU/SiLU tail) above which the layer is saturated (DeepDiagnosis: > 50%).
@@ -321,6 +328,7 @@ class ThresholdConfig:
     baseline_floor: float = 1e-3
     dead_frac: float = 0.6
     dead_frac_exit: float = 0.4
+    dropout_dead_frac: float = 0.95
     sat_frac: float = 0.5
     sat_frac_exit: float = 0.3
     sat_grad_drop: float = 0.1

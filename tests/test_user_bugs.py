@@ -958,6 +958,46 @@ def test_batch_norm_rescues_adam_not_sgd_from_a_rate_two_decades_too_high(
     assert ndb.what_if(trace, lr_scale=0.01).p_failure < 0.5  # the rate cut fixes both
 
 
+class _FunctionalCNN(nn.Module):
+    """A digits CNN as most CNN code writes it: activations and pooling as functions, so no
+    module shows the rectified outputs before the dropout."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.c1 = nn.Conv2d(1, 16, 3, padding=1)
+        self.c2 = nn.Conv2d(16, 32, 3, padding=1)
+        self.drop = nn.Dropout(0.1)
+        self.fc = nn.Linear(32 * 2 * 2, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = F.max_pool2d(F.relu(self.c1(x.view(-1, 1, 8, 8))), 2)
+        x = F.max_pool2d(F.relu(self.c2(x)), 2)
+        return self.fc(self.drop(x.flatten(1)))
+
+
+def test_units_killed_behind_a_functional_relu_are_dead_neurons_from_the_rate() -> None:
+    """SGD with momentum at lr 2 kills every unit of the CNN's second block; with the ReLU
+    applied as ``F.relu`` the dropout after it is the first module whose output shows them
+    (every unit zero for the whole batch, which no drop rate does). The dropout was exempt
+    from dead units, and both reasoners said vanishing gradients at the dropout, cause
+    unknown (0.75 and 0.98), and ``what_if`` kept the rate cut failing (a helper's user
+    probe: the run at lr 0.02 trains)."""
+    model = _FunctionalCNN()
+    trace = _train(model, torch.optim.SGD(model.parameters(), lr=2.0, momentum=0.9),
+                   F.cross_entropy, Y)
+    assert trace.stats.loc[trace.stats["module_name"] == "drop", "act_frac_dead"].iloc[-1] == 1
+    for method in ("heuristic", "probabilistic"):
+        top = ndb.explain(trace, method=method)[0]
+        assert (top.failure_type, top.root_cause) == ("dead_neurons", "learning_rate_too_high"), (
+            method, top)
+        assert top.confidence >= 0.5
+    assert ndb.what_if(trace, lr_scale=0.01).p_failure < 0.5
+    twin = _FunctionalCNN()
+    _assert_healthy(_train(twin, torch.optim.SGD(twin.parameters(), lr=0.02, momentum=0.9),
+                           F.cross_entropy, Y))
+
+
 @pytest.mark.parametrize("zero_grad", [False, True])
 def test_an_lstm_trained_with_adam_without_zero_grad_is_named(zero_grad: bool) -> None:
     """Adam's noisy steps let the summed gradient norm fall now and then (0.66 of the steps
