@@ -207,3 +207,46 @@ def test_a_nan_record_out_of_a_converged_loss_is_told_as_it_happened():
         said = re.search(r"between steps (\d+) and (\d+)", text)
         assert said is None or int(said[1]) <= int(said[2]), text
         assert "grew" not in text or "10^" in text or re.search(r"grew \d{2,}", text), text
+
+
+class _RowReader(nn.Module):
+    """A tanh RNN reading a digit's 8 rows, its last state classified."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.rnn = nn.RNN(8, 64, batch_first=True)
+        self.fc = nn.Linear(64, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out, _ = self.rnn(x.view(-1, 8, 8))
+        return self.fc(out[:, -1])
+
+
+def test_a_gradient_that_vanishes_inside_a_layer_is_told_so() -> None:
+    """SGD at lr 1.5 saturates the RNN's tanh units: its parameters get exactly zero gradient
+    while a gradient of about 7 reaches its output, and the head's logits blow the loss up.
+    The vanishing sentence compared the output gradient with the largest in the network and
+    said "1x the largest gradient", against its own claim (a helper's new-user probe)."""
+    from sklearn.datasets import load_digits
+
+    data, target = load_digits(return_X_y=True)
+    x, y = torch.tensor(data, dtype=torch.float32) / 16.0, torch.tensor(target)
+    model = _RowReader()
+    opt = torch.optim.SGD(model.parameters(), lr=1.5, momentum=0.9)
+    g = torch.Generator().manual_seed(0)
+    with ndb.NeuralDbg(model, optimizer=opt) as dbg:
+        for _ in range(150):
+            idx = torch.randint(0, len(x), (32,), generator=g)
+            opt.zero_grad()
+            loss = nn.functional.cross_entropy(model(x[idx]), y[idx])
+            loss.backward()
+            opt.step()
+            dbg.step(loss)
+    trace = dbg.trace
+    own = trace.stats.loc[trace.stats["module_name"] == "rnn", "param_grad_norm"].to_numpy()
+    assert (own[-50:] == 0).all()  # the premise: the RNN's parameters are cut off
+    text = evidence_sentence(TraceEvidence(trace, summarize_run(trace)),
+                             ndb.Hypothesis("vanishing_gradients", "unknown", "rnn", 20, 0.9))
+    assert "the parameters of rnn (RNN) received no gradient" in text, text
+    assert "the largest gradient" not in text, text

@@ -263,6 +263,16 @@ def _vanishing(ev: TraceEvidence, h: Hypothesis) -> str:
     g = ev.tables["out_grad_norm"]
     top = np.where(np.isfinite(g), g, -np.inf).max(axis=1, initial=-np.inf)
     rows = ev.steps >= h.origin_step
+    # a layer whose own parameters get no gradient while its output does: the gradient
+    # vanished inside it (saturated units, a cut graph), whatever reached its output
+    own, out = ev.tables["param_grad_norm"][rows, col], g[rows, col]
+    reached = np.isfinite(own) & np.isfinite(out) & (out > 0)
+    if reached.sum() and (own[reached] == 0).mean() >= 0.5:
+        return (f"from step {h.origin_step} on, the parameters of {ev.label(h.origin_layer)} "
+                f"received no gradient at {int((own[reached] == 0).sum())} of "
+                f"{int(reached.sum())} recorded steps, although a gradient of "
+                f"{fmt_num(float(np.median(out[reached])))} (median) reached its output: it "
+                "vanished inside the layer")
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = g[rows, col] / top[rows]
     ratio = ratio[np.isfinite(ratio) & (ratio > 0)]
