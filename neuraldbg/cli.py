@@ -218,7 +218,13 @@ def _cmd_explain(trace: Trace, args: argparse.Namespace) -> None:
 
 def _cmd_what_if(trace: Trace, args: argparse.Namespace) -> None:
     import neuraldbg as ndb
-    from neuraldbg.reporting.words import knobs_words, what_if_caveat, what_if_meaning
+    from neuraldbg.reporting.words import (
+        CLAIM,
+        knobs_words,
+        what_if_caveat,
+        what_if_meaning,
+        what_if_method_note,
+    )
 
     knobs = {k: getattr(args, k) for k in KNOBS if getattr(args, k) is not None}
     if not knobs:
@@ -230,16 +236,19 @@ def _cmd_what_if(trace: Trace, args: argparse.Namespace) -> None:
     meaning = what_if_meaning(before, after, str(cf.failure_type),
                               dist if isinstance(dist, dict) else None)
     caveat = what_if_caveat(getattr(cf, "metadata", None) or {})
+    default_failed = any(h.confidence >= CLAIM for h in ndb.explain(trace))
+    note = what_if_method_note(before, default_failed)
     if args.json:
         _json({"knobs": knobs, "p_failure_factual": before, "p_failure": after,
                "most_likely_outcome": cf.failure_type, "p_outcomes": dist or {},
-               "meaning": meaning, "caveat": caveat})
+               "meaning": meaning, "caveat": caveat, "note": note})
         return
     print(f"With {knobs_words(knobs)}: P(failure) {before:.2f} as it happened -> "
           f"{after:.2f}.")
     print(meaning)
-    if caveat:
-        print(caveat)
+    for line in (caveat, note):
+        if line:
+            print(line)
 
 
 def _cmd_report(trace: Trace, args: argparse.Namespace) -> None:

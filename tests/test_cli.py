@@ -301,3 +301,17 @@ def test_python_dash_m_neuraldbg_runs_the_cli():
     done = subprocess.run([sys.executable, "-m", "neuraldbg", "--help"], capture_output=True,
                           text=True, timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert done.returncode == 0 and done.stdout.startswith("usage: neuraldbg"), done.stderr
+
+
+def test_what_if_notes_when_explains_default_method_reads_the_run_apart(runs, capsys):
+    """``what-if`` answers with the causal model, ``explain`` with the heuristic by default:
+    a detached body read as healthy by one and failed (P 1.00) by the other left the user
+    with both answers and nothing to reconcile them (a helper's new-user probe)."""
+    from neuraldbg.reporting.words import what_if_method_note
+
+    assert "finds no failure at 0.5" in what_if_method_note(0.97, default_failed=False)
+    assert "calls the run failed" in what_if_method_note(0.2, default_failed=True)
+    assert what_if_method_note(0.97, default_failed=True) == ""
+    assert what_if_method_note(0.2, default_failed=False) == ""
+    assert main(["what-if", "--json", "--lr-scale", "0.1", str(runs / "failing")]) == 0
+    assert json.loads(capsys.readouterr().out)["note"] == ""  # both read it failed

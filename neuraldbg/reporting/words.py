@@ -29,7 +29,7 @@ from neuraldbg.trace import Trace
 
 __all__ = ["Verdict", "TraceEvidence", "verdict", "failure_words", "cause_words",
            "sureness", "fmt_num", "fmt_factor", "evidence_sentence", "what_if_meaning",
-           "what_if_caveat", "status_words",
+           "what_if_caveat", "what_if_method_note", "status_words",
            "knobs_words", "disagreement"]
 
 #: Confidence at or above which a hypothesis is a claim (the contract's line).
@@ -419,6 +419,26 @@ def what_if_caveat(metadata: Mapping[str, Any]) -> str:
                      "(explain does not claim it): read P(failure) as the model's reading, not "
                      "a verdict.")
     return " ".join(notes)
+
+
+def what_if_method_note(p_factual: float, default_failed: bool) -> str:
+    """A note when ``explain``'s default method and the causal model read the run apart, or ``""``.
+
+    ``what_if`` answers with the causal model; ``neuraldbg explain`` and
+    ``dbg.explain_failure()`` with the heuristic by default. Where one calls the run failed
+    and the other healthy, the user is told both, and where to read each.
+    """
+    model_failed = p_factual >= CLAIM
+    if model_failed == default_failed:
+        return ""
+    if model_failed:
+        return (f"Note: the causal model that answers this reads the run as failed (P(failure) "
+                f"{p_factual:.2f}), while explain's default method, the heuristic, finds no "
+                "failure at 0.5: see explain --method probabilistic for the model's reading, "
+                "and the report for both side by side.")
+    return (f"Note: explain's default method, the heuristic, calls the run failed, while the "
+            f"causal model that answers this gives it P(failure) {p_factual:.2f}: see explain "
+            "--method probabilistic, and the report for both side by side.")
 
 
 def what_if_meaning(p_before: float, p_after: float, outcome: str,
