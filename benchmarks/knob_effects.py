@@ -46,7 +46,7 @@ import causal_models
 from benchmarks.runs import RunSpec, execute_run, load, run_outcome, run_path, zoo_fingerprint
 from causal_models.labels import level_index
 from causal_models.posterior import joint_posterior
-from causal_models.registry import KNOB_NODES
+from causal_models.registry import KNOB_NODES, list_root_causes
 from causal_models.structure import LEVEL_WIDTH, unmodelled_causes
 from neuraldbg.records import HEALTHY
 from neuraldbg.trace import Trace
@@ -248,6 +248,16 @@ def _knob_states(row: pd.Series) -> dict[str, str]:
     return out
 
 
+def _recipe_settings(network_nodes: set[str]) -> dict[str, str]:
+    """What the corpus leaves at its recipes' settings: standardised inputs, and no bug in
+    the script (every registered cause's trait at its normal state: default biases,
+    gradients reset at every step)."""
+    out = {"input_level": KNOB_NODES["input_level"][0]}
+    for cause in list_root_causes():
+        out.update({trait: states[0] for trait, states in cause.traits.items()})
+    return {n: v for n, v in out.items() if n in network_nodes}
+
+
 def _network_adjusted(data: pd.DataFrame, column: str, test: Any, node: str) -> float:
     """The network's do() averaged over the corpus's runs (g-computation).
 
@@ -255,8 +265,9 @@ def _network_adjusted(data: pd.DataFrame, column: str, test: Any, node: str) -> 
     other knobs; the network's own do() (:func:`_network`) averages over its priors, a
     different population: the zoo's, where a run with every knob fine still fails half the
     time from a bug in its code (P(failure | do(lr_level=ok)) is 0.49 on a ReLU MLP). Here
-    each run keeps its architecture context (from its trace) and its other drawn knobs, and
-    no code bug (the corpus has none); the treated node is set in turn to each level the
+    each run keeps its architecture context (from its trace) and its other drawn knobs, its
+    undrawn settings at the recipe's (:func:`_recipe_settings`), and no code bug (the corpus
+    has none); the treated node is set in turn to each level the
     treated arm's runs reached (weighted as they occur), then to each of the control arm's,
     and the effect is the mean over runs of P(failure | do(treated), run) - P(failure |
     do(control), run): the adjustment formula with the network as the outcome model.
@@ -284,9 +295,10 @@ def _network_adjusted(data: pd.DataFrame, column: str, test: Any, node: str) -> 
             cache[key] = 1.0 - float(joint[classes.index(HEALTHY)].sum() / joint.sum())
         return cache[key]
 
+    recipe = _recipe_settings(set(model.network_.nodes()))
     effects = []
     for st, ctx in zip(states, context, strict=True):
-        base = {**ctx, **{k: v for k, v in st.items() if k != node}}
+        base = {**recipe, **ctx, **{k: v for k, v in st.items() if k != node}}
         p = {flag: sum(w * p_fail({**base, node: lv}) for lv, w in levels[flag].items())
              for flag in (True, False)}
         effects.append(p[True] - p[False])

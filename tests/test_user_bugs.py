@@ -89,6 +89,34 @@ def test_gradients_never_reset_are_named_not_the_learning_rate() -> None:
                            F.cross_entropy, Y))
 
 
+@pytest.mark.xfail(strict=True, reason="a forgotten zero_grad is a code bug without a fault "
+                   "node, which no knob moves; as a latent trait whose fault hangs on the "
+                   "clipping this passes, but the trait's posterior stays at its prior in "
+                   "every other run and the zoo's held-out fixes fell 25 -> 23 of 28 "
+                   "(docs/design-notes.md, session 27)")
+@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+def test_a_clip_caps_gradients_never_reset_and_what_if_says_so(optimizer: str) -> None:
+    """Without ``zero_grad`` the summed gradient grows with every step; a gradient-norm clip
+    caps the step it feeds, and the same script with ``clip_grad_norm_(params, 1.0)``
+    trains, under SGD and under Adam. A forgotten ``zero_grad`` is a code bug without a
+    fault node, which no knob can move: ``what_if(grad_clip=1.0)`` says 0.997 (a helper's
+    user probe)."""
+    def opt(model: nn.Module) -> torch.optim.Optimizer:
+        return (torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9) if optimizer == "sgd"
+                else torch.optim.Adam(model.parameters(), lr=3e-3))
+
+    model = _mlp()
+    trace = _train(model, opt(model), F.cross_entropy, Y, zero_grad=False)
+    top = ndb.explain(trace, method="probabilistic")[0]
+    assert top.root_cause == "missing_zero_grad" and top.confidence >= 0.5, top
+    model = _mlp()
+    clipped = _train(model, opt(model), F.cross_entropy, Y, zero_grad=False, clip=1.0)
+    loss = clipped.steps["loss"].to_numpy()
+    assert np.mean(loss[-10:]) < 0.5 * loss[0]  # the premise: the clipped script learns
+    assert ndb.what_if(trace, grad_clip=1.0).p_failure < 0.5
+    assert ndb.what_if(trace, grad_clip=1e9).p_failure >= 0.5  # a clip that never bites
+
+
 @pytest.mark.parametrize("method", ["heuristic", "probabilistic"])
 def test_gradients_reset_only_every_8_steps_are_named_not_the_learning_rate(method: str
                                                                            ) -> None:
