@@ -30,9 +30,10 @@ holds, ``prod(1 - support)``, or the support a rule gives a cause outside the vo
 coefficients (0.5, 0.8, 0.4, ...) are the fields of :class:`HypothesisWeights`.
 The best-supported cause carries the symptom's probability, so an ambiguous cause never
 makes a clear failure look healthy; weaker alternatives follow in the order of their
-support, down to 0.6 x P(symptom), and a specific alternative stays below 0.5
-(``ThresholdConfig.unsure_cap``): one symptom claims one cause, so a user is never told two
-causes with confidence. No constant lets a cause outrank a symptom with stronger evidence.
+support, down to 0.6 x P(symptom), and every alternative, "unknown" included, stays below
+0.5 (``ThresholdConfig.unsure_cap``): one symptom claims one cause, so a user is never told
+two causes with confidence, nor a cause and "no known cause" for the same failure. No
+constant lets a cause outrank a symptom with stronger evidence.
 
 An honest "unknown" (:func:`rank_causes`): causes are ordered by their support, never by
 the order they were listed in. When "unknown" is the best supported, or when the two best
@@ -281,8 +282,8 @@ def generate_hypotheses(symptoms: list[Symptom], comp: Compression, facts: RunFa
         for i, (cause, support, cause_ev) in enumerate(kept):
             share = 1.0 if i == 0 else min(1.0, support / best)
             conf = p_sym * (1.0 - w.alternative_drop * (1.0 - share))
-            if (resolution != "evidence" or i > 0) and cause != "unknown":
-                conf = min(conf, cfg.unsure_cap)  # the carrier is the only cause claimed
+            if i > 0:  # the carrier is the only cause claimed, "unknown" included
+                conf = min(conf, cfg.unsure_cap)
             hint = cause_ev.get("hint")
             meta = {**base_meta, **({"hint": hint} if hint else {}),
                     "cause_evidence": cause_ev, "confidence_terms": {
