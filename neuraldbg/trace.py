@@ -430,9 +430,12 @@ def _checked_chunk(part: Path, frame: pd.DataFrame, columns: Iterable[str]) -> p
     A numeric column that holds text is a damaged file: the error names the chunk and the
     column. A known column the chunk lacks (written by an older NeuralDBG, or a damaged
     file) is added as NaN, not measured, with a warning, so that no method stops on it.
+    Columns the schema does not name (a newer writer's) are left as they are.
     """
-    for column in frame.columns:
-        if column in _NON_NUMERIC or pd.api.types.is_numeric_dtype(frame[column]):
+    columns = tuple(columns)
+    for column in columns:
+        if column in _NON_NUMERIC or column not in frame.columns \
+                or pd.api.types.is_numeric_dtype(frame[column]):
             continue
         try:
             frame[column] = pd.to_numeric(frame[column])
