@@ -40,6 +40,7 @@ from neuraldbg.capture_sink import CaptureSink, RunInfo, run_meta
 from neuraldbg.errors import CaptureError, NeuralDbgWarning
 from neuraldbg.grad_norms import OutputGradNorms
 from neuraldbg.host_values import LossProbe, read_lr
+from neuraldbg.model_output import OutputMeter
 from neuraldbg.module_table import module_table, monitored_modules, parameter_owners
 from neuraldbg.optimizers import (
     as_optimizers,
@@ -212,6 +213,7 @@ class Recorder:
         self._log = StepLog([name for name, _ in leaves], cap, dev,
                             has_params=self._has_params, complement=self._complement)
         self._diversity = WeightDiversity(leaves)
+        self._output = OutputMeter()  # what the model's forward returns (logits, probabilities)
         self._diversity_at: int | None = None  # step of the last diversity flush
         # A parameter near the input, watched for gradients thrown away between a backward
         # and the next forward (``zero_grad`` after a probe's backward): the first trainable
@@ -291,6 +293,8 @@ class Recorder:
     def _attach_forward_hooks(self) -> None:
         self._forward_handles = [mod.register_forward_hook(self._forward_hook)
                                  for _, mod in self._leaves]
+        if not self._output.done:
+            self._forward_handles.append(self.model.register_forward_hook(self._output_hook))
 
     def _detach_forward_hooks(self) -> None:
         for handle in self._forward_handles:
@@ -354,6 +358,16 @@ class Recorder:
                                                                               None)
         if isinstance(loss, torch.Tensor) and loss.numel() == 1:
             self._output_losses.append(loss.detach().reshape(()))
+
+    @torch.compiler.disable
+    def _output_hook(self, module: nn.Module, inputs: Any, output: Any) -> None:
+        if not torch.is_grad_enabled() or self._output.done:
+            return  # evaluation, or measured enough
+        torch._C._set_grad_enabled(False)
+        try:
+            self._output.add(output)
+        finally:
+            torch._C._set_grad_enabled(True)
 
     @torch.compiler.disable
     def _forward_hook(self, module: nn.Module, inputs: Any, output: Any) -> None:
@@ -605,7 +619,8 @@ class Recorder:
     def _meta(self) -> dict[str, Any]:
         return run_meta(self._info, status=self._status, error=self._error, rank=self._rank,
                         n_steps=self._step, started=getattr(self, "_started", None),
-                        weight_diversity=self._diversity.to_dict())
+                        weight_diversity=self._diversity.to_dict(),
+                        model_output=self._output.to_dict())
 
     @property
     def trace(self) -> Trace:

@@ -75,7 +75,8 @@ class RunInfo:
 
 def run_meta(info: RunInfo, *, status: str, error: str | None, rank: tuple[int, int] | None,
              n_steps: int, started: float | None,
-             weight_diversity: dict[str, Any] | None) -> dict[str, Any]:
+             weight_diversity: dict[str, Any] | None,
+             model_output: dict[str, Any] | None = None) -> dict[str, Any]:
     """The run's ``meta.json`` content (schema and format fields are the writer's)."""
     from neuraldbg.version import __version__
 
@@ -105,6 +106,7 @@ def run_meta(info: RunInfo, *, status: str, error: str | None, rank: tuple[int, 
         },
         "ground_truth": info.ground_truth,
         "weight_diversity": weight_diversity,
+        "model_output": model_output,
     }
 
 

@@ -81,6 +81,18 @@ CauseSupport: TypeAlias = dict[str, tuple[float, dict[str, Any]]]
 #: applies its own); a sigmoid output is right for ``BCELoss`` and wrong for
 #: ``BCEWithLogitsLoss``, which the trace cannot tell apart, so it stays below 0.5.
 _OUTPUT_MISMATCH: dict[str, float] = {"Softmax": 0.85, "Softmax2d": 0.85, "Sigmoid": 0.45}
+
+
+def _output_type_support(facts: RunFacts, cfg: ThresholdConfig) -> float:
+    """:data:`_OUTPUT_MISMATCH` of the output's type, 0 when the loss went under that floor.
+
+    A logits loss fed probabilities cannot pass the floor: a loss a third of
+    ``output_floor_gap`` below it reads the probabilities rightly (``nll_loss`` on their
+    log).
+    """
+    if facts.output_floor_gap < -cfg.output_floor_gap / 3.0:
+        return 0.0
+    return _OUTPUT_MISMATCH.get(facts.output_type, 0.0)
 #: Bugs in the user's script: evidence for one of them takes its share from the generic
 #: causes (a high update ratio, a small init gain) that the bug itself produces.
 _BUGS = ("missing_zero_grad", "unscaled_targets", "symmetric_init", "gradient_blocked",
@@ -253,7 +265,7 @@ def _shared(from_start: bool, facts: RunFacts, cfg: ThresholdConfig, w: CauseWei
         facts=facts, cfg=cfg, w=w, extra=extra, from_start=from_start, jump=jump,
         inputs=inputs, init_large=init_large, init_small=init_small, piled=bugs.piled,
         targets=bugs.targets,
-        mismatch=max(_OUTPUT_MISMATCH.get(facts.output_type, 0.0), bugs.floor),
+        mismatch=max(_output_type_support(facts, cfg), bugs.floor),
         lr_high=lr_high, cold_start=cold_start, first_step=first_step * (1.0 - small_weights),
         ev_lr={"update_ratio": ur, "threshold": cfg.update_ratio_high, "lr": facts.lr,
                "start_grad_ratio": facts.start_grad_ratio,

@@ -39,6 +39,7 @@ from typing import Any, NamedTuple, TypedDict
 import numpy as np
 
 from neuraldbg.events import LossDynamics
+from neuraldbg.model_output import output_function
 from neuraldbg.outside_vocabulary import batchnorm_off, frozen_weights
 from neuraldbg.states import StateTable
 from neuraldbg.sufficiency import LEARNED_LOSS
@@ -176,8 +177,10 @@ class RunFacts:
         First finite loss / (rms of the last module's output at the first recorded step^2
         + 1): how far the loss starts above the output scale.
     output_type : str
-        Module type of the last module in forward order (``"Softmax"`` for a softmax
-        output layer).
+        What the loss receives: ``"Softmax"`` or ``"Sigmoid"`` when the model's output
+        rows were probabilities or its values all inside (0, 1) (a module or a function in
+        ``forward``: :func:`neuraldbg.model_output.output_function`), else the module type
+        of the last module in forward order.
     output_dead : float
         When that last module is a rectifier (a ReLU on the logits), the largest share of its
         units dead at a recorded step; NaN otherwise.
@@ -377,6 +380,10 @@ def gather_facts(trace: Trace, states: StateTable, dyn: LossDynamics,
                    else (names[0] if names else ""))
     rows = np.flatnonzero(states.measures["observed"].any(axis=1))
     scales = _first_step_scales(trace, states, weight, rows, win)
+    # what the loss receives: a softmax or sigmoid the forward applies after its last
+    # module (F.softmax(self.fc(x))) counts as that module would
+    function = output_function(trace.meta)
+    output_type = function[0] if function else (types[-1] if types else "")
     clip = _grad_clip(cfg_run)
     bn_factor, bn_step = batchnorm_off(trace)
     return RunFacts(
@@ -391,7 +398,7 @@ def gather_facts(trace: Trace, states: StateTable, dyn: LossDynamics,
         grad_clip=clip if clip and clip > 0 else None, n_weight_layers=int(weight.sum()),
         config=cfg_run, grad_growth=_grad_growth(trace, states.config.grad_sum_steps, win),
         grad_resets=_grad_resets(trace, states.config.grad_reset_fall),
-        loss_improved=_loss_improved(trace, win), output_type=types[-1] if types else "",
+        loss_improved=_loss_improved(trace, win), output_type=output_type,
         start_grad_ratio=_first_ratio(trace, "grad_norm"),
         start_update_ratio=_first_ratio(trace, "update_norm"), weight_scale=_weight_scale(trace),
         step_scales_with_gradient=_step_scales_with_gradient(trace),
@@ -400,7 +407,7 @@ def gather_facts(trace: Trace, states: StateTable, dyn: LossDynamics,
         blocked_modules=_blocked(trace, states, win.edge_min_steps),
         grad_accumulation=_grad_accumulation(states, weight, win),
         batchnorm_off_factor=bn_factor, batchnorm_off_step=bn_step,
-        **_output_floor(trace, states, win),
+        **_output_floor(trace, states, win, output_type, function[1] if function else 0),
         weights_unmoved=frozen_weights(trace, win.edge_min_steps),
         nonfinite_from_floor=_nonfinite_from_floor(trace, states, dyn, win),
         **_nonfinite_entry_facts(trace, states, dyn, win),
@@ -639,12 +646,18 @@ def _output_classes(trace: Trace, states: StateTable) -> int:
     return feeding[-1] if feeding else 0
 
 
-def _output_floor(trace: Trace, states: StateTable, win: FactWindows) -> _OutputFloor:
-    """:attr:`RunFacts.output_floor_gap` and ``output_floor_step`` (see there)."""
+def _output_floor(trace: Trace, states: StateTable, win: FactWindows, output_type: str,
+                  width: int) -> _OutputFloor:
+    """:attr:`RunFacts.output_floor_gap` and ``output_floor_step`` (see there).
+
+    ``width`` is the classes the model's output rows spread over when the capture read
+    them (:func:`neuraldbg.model_output.output_function`), else 0: the fan-out of the
+    weight layer feeding the softmax module.
+    """
     out: _OutputFloor = {"output_floor_gap": math.nan, "output_floor_step": None}
-    if not states.module_types or states.module_types[-1] not in _SOFTMAX_OUTPUTS:
+    if output_type not in _SOFTMAX_OUTPUTS:
         return out
-    k = _output_classes(trace, states)
+    k = width or _output_classes(trace, states)
     steps = trace.steps
     loss = steps["loss"].to_numpy(dtype=float)
     fin = np.isfinite(loss)

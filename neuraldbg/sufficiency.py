@@ -37,6 +37,7 @@ import numpy as np
 from scipy import stats
 
 from neuraldbg.events import loss_dynamics, rose_after_first_update
+from neuraldbg.model_output import output_function
 from neuraldbg.records import Hypothesis
 from neuraldbg.thresholds import ThresholdConfig
 from neuraldbg.trace import Trace
@@ -316,9 +317,14 @@ def _output_family(trace: Trace) -> tuple[str, str] | None:
 
 
 def squashing_output(trace: Trace) -> bool:
-    """Whether the network ends in a sigmoid or softmax module (its last in forward order)."""
+    """Whether the network ends in a sigmoid or softmax.
+
+    Its last module in forward order, or a function its ``forward`` applies to the output
+    (:func:`neuraldbg.model_output.output_function`).
+    """
     out = _output_family(trace)
-    return out is not None and out[1] in _SQUASHING_OUTPUTS
+    return (out is not None and out[1] in _SQUASHING_OUTPUTS) \
+        or output_function(trace.meta) is not None
 
 
 def confident_output(trace: Trace, config: ThresholdConfig | None = None) -> str | None:

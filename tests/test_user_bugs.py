@@ -173,6 +173,37 @@ def test_a_softmax_before_cross_entropy_is_named_not_a_low_rate() -> None:
                            F.cross_entropy, Y))
 
 
+class _SoftmaxInForward(nn.Module):
+    """The MLP with ``F.softmax`` in its ``forward``: no module shows the probabilities."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = _mlp()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.softmax(self.body(x), dim=1)
+
+
+def _nll_of_probabilities(probs: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    return F.nll_loss(torch.log(probs + 1e-9), target)
+
+
+@pytest.mark.parametrize("method", ["heuristic", "probabilistic"])
+def test_a_softmax_in_forward_before_cross_entropy_is_named_and_nll_on_its_log_is_healthy(
+        method: str) -> None:
+    model = _SoftmaxInForward()
+    bug = _train(model, torch.optim.SGD(model.parameters(), lr=0.1), F.cross_entropy, Y)
+    out = bug.meta["model_output"]
+    assert out["width"] == 10 and out["min"] >= 0 and out["row_sum_error"] < 1e-4, out
+    top = ndb.explain(bug, method=method)[0]
+    assert top.confidence >= 0.5, top
+    assert (top.failure_type, top.root_cause) == ("training_plateau", "loss_output_mismatch")
+    # the same probabilities read rightly (the log of them under nll_loss) train
+    model = _SoftmaxInForward()
+    twin = _train(model, torch.optim.SGD(model.parameters(), lr=0.1), _nll_of_probabilities, Y)
+    assert not [h for h in ndb.explain(twin, method=method) if h.confidence >= 0.5]
+
+
 @pytest.mark.parametrize("scale, bug", [(5000.0, True), (1.0, False)])
 def test_regression_targets_far_off_the_output_scale(scale: float, bug: bool) -> None:
     """A price in dollars (~1e5) against the same target standardised."""
