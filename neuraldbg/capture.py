@@ -361,8 +361,8 @@ class Recorder:
 
     @torch.compiler.disable
     def _output_hook(self, module: nn.Module, inputs: Any, output: Any) -> None:
-        if not torch.is_grad_enabled() or self._output.done:
-            return  # evaluation, or measured enough
+        if not (torch.is_grad_enabled() and module.training) or self._output.done:
+            return  # evaluation (an eval() model may return probabilities), or measured
         torch._C._set_grad_enabled(False)
         try:
             self._output.add(output)

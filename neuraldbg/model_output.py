@@ -1,17 +1,18 @@
-"""What the model's forward returns: logits, a probability distribution, or values in (0, 1).
+"""What the model's forward returns: logits, or rows of probabilities (a softmax).
 
-A network that ends in an ``nn.Softmax`` or ``nn.Sigmoid`` module shows it in the module
-table. One that applies ``F.softmax`` or ``torch.sigmoid`` inside its ``forward`` does not:
+A network that ends in an ``nn.Softmax`` module shows it in the module table. One that
+applies ``F.softmax`` inside its ``forward`` does not:
 its last module is the ``Linear`` that makes the logits, and a loss that applies its own
 softmax (``CrossEntropyLoss``) then sees probabilities as logits and stalls on a floor, the
 same bug. So the capture also reads the root module's output, on the first
-:data:`MEASURED_FORWARDS` recorded training forwards (gradients enabled): its smallest and
-largest value and the largest distance of a row's sum (over the last dimension) from 1, kept
-on the device and read at the next flush. ``trace.meta["model_output"]`` holds them;
+:data:`MEASURED_FORWARDS` recorded training forwards (gradients enabled, the model in
+``train()``): its smallest and largest value and the largest distance of a row's sum from 1,
+kept on the device and read at the next flush. ``trace.meta["model_output"]`` holds them;
 :func:`output_function` reads them back.
 
 The tensor read is the output itself, the ``logits`` of a mapping or an object that has them
-(Hugging Face outputs), else the first floating-point tensor of a tuple or mapping.
+(Hugging Face outputs), else the first floating-point tensor of a tuple or mapping that has
+a dimension (a loss returned first is passed over).
 """
 
 from __future__ import annotations
@@ -21,8 +22,6 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
-
-from neuraldbg.capture_config import first_float_tensor
 
 __all__ = ["OutputMeter", "output_function", "MEASURED_FORWARDS", "ROW_SUM_TOLERANCE"]
 
@@ -35,26 +34,44 @@ MEASURED_FORWARDS = 8
 ROW_SUM_TOLERANCE = 1e-2
 
 
+def _first_tensor(obj: Any) -> torch.Tensor | None:
+    """The first floating-point tensor with a dimension (a scalar loss is passed over)."""
+    if isinstance(obj, torch.Tensor):
+        return obj if obj.is_floating_point() and obj.dim() > 0 and obj.numel() else None
+    if isinstance(obj, Mapping):
+        obj = list(obj.values())
+    if isinstance(obj, (tuple, list)):
+        for item in obj:
+            found = _first_tensor(item)
+            if found is not None:
+                return found
+    return None
+
+
 def _output_tensor(output: Any) -> torch.Tensor | None:
-    if isinstance(output, torch.Tensor):
-        return output if output.is_floating_point() else None
     logits = output.get("logits") if isinstance(output, Mapping) else getattr(output, "logits",
                                                                               None)
-    if isinstance(logits, torch.Tensor) and logits.is_floating_point():
-        return logits
-    return first_float_tensor(output)
+    if isinstance(logits, torch.Tensor):
+        output = logits
+    return _first_tensor(output)
 
 
 class OutputMeter:
     """Range and row sums of the model's output over its first training forwards.
 
-    No host synchronisation: the running figures stay on the device until :meth:`to_dict`,
-    which the capture calls at a flush.
+    Rows are taken along the last dimension and, for outputs of three or more dimensions,
+    along dimension 1 too (the class dimension ``CrossEntropyLoss`` reads on a
+    ``(N, C, H, W)`` output; a sequence model's ``(N, T, V)`` reshaped for the loss has it
+    last). Outputs are grouped by shape (a forward of another head, a feature probe, is kept
+    apart) and the shape most forwards returned is reported. No host synchronisation: the
+    running figures stay on the device until :meth:`to_dict`, which the capture calls at a
+    flush.
     """
 
     def __init__(self) -> None:
-        self._stats: torch.Tensor | None = None  # (-min, max, max |row sum - 1|)
-        self._width = 0
+        # per output shape (batch dimension left out): (-min, max, max |row sum - 1| along
+        # the last dimension, along dimension 1), and how many forwards returned it
+        self._stats: dict[tuple[int, ...], tuple[torch.Tensor, int]] = {}
         self.measured = 0
 
     @property
@@ -65,34 +82,46 @@ class OutputMeter:
     def add(self, output: Any) -> None:
         """Fold one forward's output in (call with gradients off)."""
         x = _output_tensor(output)
-        if x is None or x.dim() == 0 or x.numel() == 0:
+        if x is None:
             return
-        # (a squeezed (batch,) output holds one value a row)
-        width = int(x.shape[-1]) if x.dim() > 1 else 1
-        if self._width and width != self._width:
-            return  # another head (a probe, a generation step): the first one's kind is kept
-        flat = x.detach().float().reshape(-1, width)
-        stats = torch.stack([-flat.amin(), flat.amax(), (flat.sum(dim=1) - 1.0).abs().amax()])
-        self._stats = stats if self._stats is None else torch.maximum(self._stats, stats)
-        self._width = width
+        x = x.detach().float()
+        if x.dim() == 1:  # a squeezed (batch,) output holds one value a row
+            x = x.unsqueeze(1)
+        errs = [(x.sum(dim=-1) - 1.0).abs().amax()]
+        errs.append((x.sum(dim=1) - 1.0).abs().amax() if x.dim() >= 3 else errs[0])
+        stats = torch.stack([-x.amin(), x.amax(), *errs])
+        key = tuple(int(n) for n in x.shape[1:])
+        old = self._stats.get(key)
+        self._stats[key] = ((stats, 1) if old is None
+                            else (torch.maximum(old[0], stats), old[1] + 1))
         self.measured += 1
 
     def to_dict(self) -> dict[str, Any] | None:
-        """``{"width", "min", "max", "row_sum_error", "forwards"}``, or None before any."""
-        if self._stats is None:
+        """``{"width", "min", "max", "row_sum_error", "forwards"}``, or None before any.
+
+        ``width`` and ``row_sum_error`` are those of the axis whose rows came closer to
+        summing to 1 (the last one on a tie); ``forwards`` counts the forwards of the
+        reported shape.
+        """
+        if not self._stats:
             return None
-        neg_min, high, err = (float(v) for v in self._stats.tolist())
-        return {"width": self._width, "min": -neg_min, "max": high, "row_sum_error": err,
-                "forwards": self.measured}
+        shape, (stats, count) = max(self._stats.items(), key=lambda kv: kv[1][1])
+        neg_min, high, err_last, err_dim1 = (float(v) for v in stats.tolist())
+        width, err = ((shape[0], err_dim1) if len(shape) >= 2 and err_dim1 < err_last
+                      else (shape[-1], err_last))
+        return {"width": width, "min": -neg_min, "max": high, "row_sum_error": err,
+                "forwards": count}
 
 
 def output_function(meta: Mapping[str, Any]) -> tuple[str, int] | None:
     """The squashing function the model's output went through, and its width, or None.
 
-    ``("Softmax", K)`` when the model returned probability rows over K classes,
-    ``("Sigmoid", K)`` when every value it returned lay strictly inside (0, 1). Read from
+    ``("Softmax", K)`` when the model returned probability rows over K classes. Read from
     ``meta["model_output"]`` (:class:`OutputMeter`); None for traces written before it was
-    recorded. A softmax row over one class is 1 everywhere: not a reading.
+    recorded. A softmax row over one class is 1 everywhere: not a reading. Values inside
+    (0, 1) are not read as a sigmoid: an autoencoder's image or a probability trained by
+    ``BCELoss`` is one by design, and a sigmoid's mismatch with ``BCEWithLogitsLoss`` has no
+    floor the trace can check (an ``nn.Sigmoid`` module still counts as before).
     """
     rec = meta.get("model_output") or {}
     try:
@@ -102,8 +131,6 @@ def output_function(meta: Mapping[str, Any]) -> tuple[str, int] | None:
         return None
     if not all(math.isfinite(v) for v in (low, high, err)) or not isinstance(width, int):
         return None
-    if width >= 2 and low >= 0.0 and err <= ROW_SUM_TOLERANCE:
+    if width >= 2 and low >= 0.0 and high <= 1.0 and err <= ROW_SUM_TOLERANCE:
         return "Softmax", width
-    if low > 0.0 and high < 1.0:
-        return "Sigmoid", width
     return None

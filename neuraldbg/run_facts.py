@@ -177,10 +177,10 @@ class RunFacts:
         First finite loss / (rms of the last module's output at the first recorded step^2
         + 1): how far the loss starts above the output scale.
     output_type : str
-        What the loss receives: ``"Softmax"`` or ``"Sigmoid"`` when the model's output
-        rows were probabilities or its values all inside (0, 1) (a module or a function in
-        ``forward``: :func:`neuraldbg.model_output.output_function`), else the module type
-        of the last module in forward order.
+        What the loss receives: ``"Softmax"`` when the model's output rows were
+        probabilities (also from a function in ``forward``:
+        :func:`neuraldbg.model_output.output_function`), else the module type of the last
+        module in forward order.
     output_dead : float
         When that last module is a rectifier (a ReLU on the logits), the largest share of its
         units dead at a recorded step; NaN otherwise.

@@ -10,6 +10,7 @@ from torch import nn
 from training import fit_full_batch, train
 
 import neuraldbg as ndb
+from neuraldbg.model_output import output_function
 from neuraldbg.syncs import HostSyncCounter
 
 
@@ -481,3 +482,58 @@ def test_modules_whose_output_is_not_measured_keep_their_place_in_the_forward_or
     assert trace.module_names == ["0", "1", "2", "3"]
     measured = set(trace.stats["module_name"])
     assert "1" not in measured and {"0", "2", "3"} <= measured  # its complex output is not
+
+
+class _Classifier(nn.Module):
+    """Logits while training; probabilities in eval(), or always with ``softmax``; returns
+    ``(loss, probs)`` with ``loss_first``; a feature probe of another width on request."""
+
+    def __init__(self, softmax: bool, loss_first: bool = False) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.body = nn.Sequential(nn.Linear(8, 16), nn.ReLU())
+        self.head = nn.Linear(16, 4)
+        self.softmax, self.loss_first = softmax, loss_first
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor | None = None, features: bool = False):
+        h = self.body(x)
+        if features:
+            return h
+        out = self.head(h)
+        if self.softmax or not self.training:
+            out = torch.softmax(out, dim=-1)
+        if self.loss_first:
+            return nn.functional.cross_entropy(out, y), out
+        return out
+
+
+@pytest.mark.parametrize("case", ["softmax", "logits", "eval_probe_first", "loss_first",
+                                  "feature_probe_first"])
+def test_the_model_output_read_is_the_training_forward_s(case: str) -> None:
+    model = _Classifier(softmax=case in ("softmax", "loss_first", "feature_probe_first"),
+                        loss_first=case == "loss_first")
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(64, 8, generator=g), torch.randint(0, 4, (64,), generator=g)
+    with ndb.NeuralDbg(model, optimizer=opt) as dbg:
+        if case == "eval_probe_first":  # validation before training, no torch.no_grad
+            model.eval()
+            model(x)
+            model.train()
+        if case == "feature_probe_first":
+            model(x, features=True)
+        for _ in range(12):
+            opt.zero_grad()
+            if case == "loss_first":
+                loss, _ = model(x, y)
+            else:
+                loss = nn.functional.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+            dbg.step(loss)
+    out = dbg.trace.meta["model_output"]
+    probabilities = case not in ("logits", "eval_probe_first")
+    # (the probe's shape is kept apart: of the 8 forwards measured, 7 were training ones)
+    assert out["width"] == 4 and out["forwards"] == (7 if case == "feature_probe_first" else 8)
+    assert (out["min"] >= 0 and out["row_sum_error"] < 1e-5) is probabilities, out
+    assert (output_function(dbg.trace.meta) == ("Softmax", 4)) is probabilities
