@@ -42,7 +42,7 @@ from neuraldbg.events import LossDynamics
 from neuraldbg.model_output import output_function
 from neuraldbg.outside_vocabulary import batchnorm_off, frozen_weights
 from neuraldbg.states import StateTable
-from neuraldbg.sufficiency import LEARNED_LOSS
+from neuraldbg.sufficiency import LEARNED_LOSS, output_module
 from neuraldbg.thresholds import require_positive_fields
 from neuraldbg.trace import Trace
 
@@ -383,7 +383,9 @@ def gather_facts(trace: Trace, states: StateTable, dyn: LossDynamics,
     # what the loss receives: a softmax or sigmoid the forward applies after its last
     # module (F.softmax(self.fc(x))) counts as that module would
     function = output_function(trace.meta)
-    output_type = function[0] if function else (types[-1] if types else "")
+    out = output_module(trace)
+    last = names.index(out) if out in names else len(names) - 1  # (-1 without modules)
+    output_type = function[0] if function else (types[last] if types else "")
     clip = _grad_clip(cfg_run)
     bn_factor, bn_step = batchnorm_off(trace)
     return RunFacts(
@@ -402,12 +404,13 @@ def gather_facts(trace: Trace, states: StateTable, dyn: LossDynamics,
         start_grad_ratio=_first_ratio(trace, "grad_norm"),
         start_update_ratio=_first_ratio(trace, "update_norm"), weight_scale=_weight_scale(trace),
         step_scales_with_gradient=_step_scales_with_gradient(trace),
-        output_dead=_output_dead(states),
+        output_dead=_output_dead(states, last),
         **_symmetry(trace, states.config.row_diversity_low),
         blocked_modules=_blocked(trace, states, win.edge_min_steps),
         grad_accumulation=_grad_accumulation(states, weight, win),
         batchnorm_off_factor=bn_factor, batchnorm_off_step=bn_step,
-        **_output_floor(trace, states, win, output_type, function[1] if function else 0),
+        **_output_floor(trace, states, win, output_type,
+                        function[1] if function else _output_classes(trace, states, last)),
         weights_unmoved=frozen_weights(trace, win.edge_min_steps),
         nonfinite_from_floor=_nonfinite_from_floor(trace, states, dyn, win),
         **_nonfinite_entry_facts(trace, states, dyn, win),
@@ -640,9 +643,9 @@ _EXP_SAFE = 80.0
 _SOFTMAX_OUTPUTS = ("Softmax",)
 
 
-def _output_classes(trace: Trace, states: StateTable) -> int:
-    """Width K of a softmax output layer: the fan-out of the weight layer feeding it."""
-    feeding = [int(units) for units in _fan_out(trace, states)[:-1] if units > 0]
+def _output_classes(trace: Trace, states: StateTable, last: int) -> int:
+    """Width K of a softmax output module ``last``: the fan-out of the layer feeding it."""
+    feeding = [int(units) for units in _fan_out(trace, states)[:max(last, 0)] if units > 0]
     return feeding[-1] if feeding else 0
 
 
@@ -651,13 +654,13 @@ def _output_floor(trace: Trace, states: StateTable, win: FactWindows, output_typ
     """:attr:`RunFacts.output_floor_gap` and ``output_floor_step`` (see there).
 
     ``width`` is the classes the model's output rows spread over when the capture read
-    them (:func:`neuraldbg.model_output.output_function`), else 0: the fan-out of the
-    weight layer feeding the softmax module.
+    them (:func:`neuraldbg.model_output.output_function`), else the fan-out of the layer
+    feeding the softmax module.
     """
     out: _OutputFloor = {"output_floor_gap": math.nan, "output_floor_step": None}
     if output_type not in _SOFTMAX_OUTPUTS:
         return out
-    k = width or _output_classes(trace, states)
+    k = width
     steps = trace.steps
     loss = steps["loss"].to_numpy(dtype=float)
     fin = np.isfinite(loss)
@@ -945,12 +948,12 @@ def _grad_growth(trace: Trace, n_steps: int, win: FactWindows) -> tuple[float, f
     return (exponent, power_fit, float(np.mean(np.diff(g[:n]) > 0)))
 
 
-def _output_dead(states: StateTable) -> float:
-    """Largest dead share of the network's last module when it is a rectifier, else NaN."""
-    if not states.families or states.families[-1] != "relu":
+def _output_dead(states: StateTable, last: int) -> float:
+    """Largest dead share of the output module ``last`` when it is a rectifier, else NaN."""
+    if not states.families or states.families[last] != "relu":
         return math.nan
-    dead = states.measures["act_frac_dead"][:, -1]
-    dead = dead[states.measures["observed"][:, -1] & np.isfinite(dead)]
+    dead = states.measures["act_frac_dead"][:, last]
+    dead = dead[states.measures["observed"][:, last] & np.isfinite(dead)]
     return float(dead.max()) if len(dead) else math.nan
 
 

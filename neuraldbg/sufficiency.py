@@ -51,7 +51,7 @@ __all__ = ["MIN_STEPS", "HEDGED_CONFIDENCE", "TAIL_SHARE", "TREND_MIN_POINTS", "
            "still_improving",
            "adversarial_loss", "too_short_to_stall", "improved_past_a_stall",
            "fell_early_then_settled", "SETTLED_CLIMB",
-           "plateau_unclaimable", "squashing_output", "confident_output",
+           "plateau_unclaimable", "squashing_output", "confident_output", "output_module",
            "CONFIDENT_OUTPUT_DROP", "hedge",
            "hedge_failure"]
 
@@ -307,11 +307,27 @@ CONFIDENT_OUTPUT_DROP = 0.25
 _SQUASHING_OUTPUTS = ("sigmoid", "softmax")
 
 
-def _output_family(trace: Trace) -> tuple[str, str] | None:
-    """``(name, activation family)`` of the network's last module in forward order."""
-    if not len(trace.modules) or "activation_family" not in trace.modules:
+def output_module(trace: Trace) -> str | None:
+    """The network's output module: the last one the forward called.
+
+    A module the model defines and never calls (an ``nn.Sigmoid`` kept for inference, a head
+    for another task) is not its output, though it comes last in
+    :attr:`~neuraldbg.trace.Trace.module_names`. The last in definition order when no call
+    was recorded; None without modules.
+    """
+    mods = trace.modules
+    if not len(mods):
         return None
-    output = trace.module_names[-1]
+    if "forward_order" in mods and (mods["forward_order"] >= 0).any():
+        return str(mods.loc[mods["forward_order"].idxmax(), "module_name"])
+    return trace.module_names[-1]
+
+
+def _output_family(trace: Trace) -> tuple[str, str] | None:
+    """``(name, activation family)`` of the network's output module (:func:`output_module`)."""
+    output = output_module(trace)
+    if output is None or "activation_family" not in trace.modules:
+        return None
     family = trace.modules.set_index("module_name")["activation_family"].astype(str)
     return output, str(family.get(output))
 

@@ -20,6 +20,7 @@ import neuraldbg as ndb
 from neuraldbg.events import loss_dynamics
 from neuraldbg.outside_vocabulary import batchnorm_off_factor
 from neuraldbg.reporting import summarize_run, verdict
+from neuraldbg.sufficiency import output_module
 
 _X, _Y = load_digits(return_X_y=True)
 X = torch.tensor(_X, dtype=torch.float32) / 16.0
@@ -1953,3 +1954,29 @@ def test_weights_far_too_small_under_default_biases_are_not_another_cause(seed: 
     twin = _train_tiny_weights_mlp(seed, 1.0)
     assert max((h.confidence for h in ndb.explain(twin, method="probabilistic")),
                default=0.0) < 0.5
+
+
+class _SoftmaxForInference(nn.Module):
+    """Trains on logits; its ``nn.Softmax`` serves ``predict`` only (never called in training)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = _mlp()
+        self.probs = nn.Softmax(dim=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.body(x)
+
+    def predict(self, x: torch.Tensor) -> torch.Tensor:
+        return self.probs(self.body(x))
+
+
+@pytest.mark.parametrize("method", ["heuristic", "probabilistic"])
+def test_a_softmax_module_the_training_forward_never_calls_is_not_the_output(method: str
+                                                                              ) -> None:
+    # a rate too low for SGD stalls the run: whatever is named, not a softmax the loss never saw
+    model = _SoftmaxForInference()
+    trace = _train(model, torch.optim.SGD(model.parameters(), lr=0.003), F.cross_entropy, Y)
+    assert output_module(trace) == "body.4"
+    assert all(h.root_cause != "loss_output_mismatch" for h in ndb.explain(trace, method=method)
+               if h.confidence >= 0.5)
