@@ -84,13 +84,15 @@ _OUTPUT_MISMATCH: dict[str, float] = {"Softmax": 0.85, "Softmax2d": 0.85, "Sigmo
 
 
 def _output_type_support(facts: RunFacts, cfg: ThresholdConfig) -> float:
-    """:data:`_OUTPUT_MISMATCH` of the output's type, 0 when the loss went under that floor.
+    """:data:`_OUTPUT_MISMATCH` of the output's type, 0 where the loss reads it rightly.
 
     A logits loss fed probabilities cannot pass the floor: a loss a third of
     ``output_floor_gap`` below it reads the probabilities rightly (``nll_loss`` on their
-    log).
+    log); so does one whose gradient at the logits is not squashed by the softmax's
+    Jacobian (``output_grad_power`` above -1/2: nearer cross-entropy on logits than the
+    1/K a logits loss on probabilities gives).
     """
-    if facts.output_floor_gap < -cfg.output_floor_gap / 3.0:
+    if facts.output_floor_gap < -cfg.output_floor_gap / 3.0 or facts.output_grad_power > -0.5:
         return 0.0
     return _OUTPUT_MISMATCH.get(facts.output_type, 0.0)
 #: Bugs in the user's script: evidence for one of them takes its share from the generic
@@ -277,7 +279,8 @@ def _shared(from_start: bool, facts: RunFacts, cfg: ThresholdConfig, w: CauseWei
                  "normalization_layers": facts.has_normalization,
                  "n_weight_layers": facts.n_weight_layers},
         ev_output={"output_module_type": facts.output_type,
-                   "loss_floor_gap": facts.output_floor_gap, "loss_floor_support": bugs.floor})
+                   "loss_floor_gap": facts.output_floor_gap, "loss_floor_support": bugs.floor,
+                   "logits_gradient_power_of_classes": facts.output_grad_power})
 
 
 def _put_script_bugs(cands: _Candidates, s: _Shared, bugs: ScriptBugs) -> None:

@@ -23,7 +23,8 @@ from typing import Any
 
 import torch
 
-__all__ = ["OutputMeter", "output_function", "MEASURED_FORWARDS", "ROW_SUM_TOLERANCE"]
+__all__ = ["OutputMeter", "output_function", "output_rows", "MEASURED_FORWARDS",
+           "ROW_SUM_TOLERANCE"]
 
 #: Training forwards whose output is measured (the output's kind is the model's code, the
 #: same at every step; a few guard against a first batch that happens to look like one).
@@ -70,8 +71,9 @@ class OutputMeter:
 
     def __init__(self) -> None:
         # per output shape (batch dimension left out): (-min, max, max |row sum - 1| along
-        # the last dimension, along dimension 1), and how many forwards returned it
-        self._stats: dict[tuple[int, ...], tuple[torch.Tensor, int]] = {}
+        # the last dimension, along dimension 1), how many forwards returned it, and the
+        # batch size of the first
+        self._stats: dict[tuple[int, ...], tuple[torch.Tensor, int, int]] = {}
         self.measured = 0
 
     @property
@@ -92,25 +94,33 @@ class OutputMeter:
         stats = torch.stack([-x.amin(), x.amax(), *errs])
         key = tuple(int(n) for n in x.shape[1:])
         old = self._stats.get(key)
-        self._stats[key] = ((stats, 1) if old is None
-                            else (torch.maximum(old[0], stats), old[1] + 1))
+        self._stats[key] = ((stats, 1, int(x.shape[0])) if old is None
+                            else (torch.maximum(old[0], stats), old[1] + 1, old[2]))
         self.measured += 1
 
     def to_dict(self) -> dict[str, Any] | None:
-        """``{"width", "min", "max", "row_sum_error", "forwards"}``, or None before any.
+        """``{"width", "rows", "min", "max", "row_sum_error", "forwards"}``, or None before any.
 
         ``width`` and ``row_sum_error`` are those of the axis whose rows came closer to
-        summing to 1 (the last one on a tie); ``forwards`` counts the forwards of the
-        reported shape.
+        summing to 1 (the last one on a tie), ``rows`` the rows of that width in the first
+        forward (its batch times the other dimensions); ``forwards`` counts the forwards of
+        the reported shape.
         """
         if not self._stats:
             return None
-        shape, (stats, count) = max(self._stats.items(), key=lambda kv: kv[1][1])
+        shape, (stats, count, batch) = max(self._stats.items(), key=lambda kv: kv[1][1])
         neg_min, high, err_last, err_dim1 = (float(v) for v in stats.tolist())
         width, err = ((shape[0], err_dim1) if len(shape) >= 2 and err_dim1 < err_last
                       else (shape[-1], err_last))
-        return {"width": width, "min": -neg_min, "max": high, "row_sum_error": err,
-                "forwards": count}
+        rows = batch * math.prod(shape) // max(width, 1)
+        return {"width": width, "rows": rows, "min": -neg_min, "max": high,
+                "row_sum_error": err, "forwards": count}
+
+
+def output_rows(meta: Mapping[str, Any]) -> int:
+    """Rows of the model's output in its first measured forward (0 when not recorded)."""
+    rows = (meta.get("model_output") or {}).get("rows")
+    return rows if isinstance(rows, int) and rows > 0 else 0
 
 
 def output_function(meta: Mapping[str, Any]) -> tuple[str, int] | None:

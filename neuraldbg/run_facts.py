@@ -39,7 +39,7 @@ from typing import Any, NamedTuple, TypedDict
 import numpy as np
 
 from neuraldbg.events import LossDynamics
-from neuraldbg.model_output import output_function
+from neuraldbg.model_output import output_function, output_rows
 from neuraldbg.outside_vocabulary import batchnorm_off, frozen_weights
 from neuraldbg.states import StateTable
 from neuraldbg.sufficiency import LEARNED_LOSS, output_module
@@ -214,6 +214,13 @@ class RunFacts:
     output_floor_step : int or None
         First step whose loss came within ``output_floor_gap`` (the threshold) of that
         floor.
+    output_grad_power : float
+        For a softmax over K >= 4 classes: the output-gradient norm of the layer that makes
+        the logits, at the first recorded step, over the norm cross-entropy on those logits
+        gives there (``sqrt((1 - 1/K) / rows)`` for ``rows`` rows a batch, mean reduction),
+        as a power of K. Near -1 when a logits loss is fed the probabilities (the softmax's
+        Jacobian at near-uniform probabilities scales the gradient by 1/K), near 0 when the
+        loss reads them through their log (``nll_loss(log p)``). NaN otherwise.
     nonfinite_from_floor : float
         When the loss turned non-finite at a step whose module outputs were all recorded
         finite and below ``act_overflow``, right after it had fallen below
@@ -316,6 +323,7 @@ class RunFacts:
     batchnorm_off_step: int | None = None
     output_floor_gap: float = math.nan
     output_floor_step: int | None = None
+    output_grad_power: float = math.nan
     weights_unmoved: str | None = None
     nonfinite_from_floor: float = math.nan
     nonfinite_input_step: int | None = None
@@ -328,6 +336,7 @@ class RunFacts:
 
 
 class _OutputFloor(TypedDict):
+    output_grad_power: float
     output_floor_gap: float
     output_floor_step: int | None
 
@@ -410,7 +419,11 @@ def gather_facts(trace: Trace, states: StateTable, dyn: LossDynamics,
         grad_accumulation=_grad_accumulation(states, weight, win),
         batchnorm_off_factor=bn_factor, batchnorm_off_step=bn_step,
         **_output_floor(trace, states, win, output_type,
-                        function[1] if function else _output_classes(trace, states, last)),
+                        function[1] if function else _output_classes(trace, states, last),
+                        # the layer making the logits: the one feeding a softmax module,
+                        # else the output module (the forward applies the softmax)
+                        (names[last - 1] if last > 0 else "") if types[last] in _SOFTMAX_OUTPUTS
+                        else names[last]),
         weights_unmoved=frozen_weights(trace, win.edge_min_steps),
         nonfinite_from_floor=_nonfinite_from_floor(trace, states, dyn, win),
         **_nonfinite_entry_facts(trace, states, dyn, win),
@@ -649,18 +662,40 @@ def _output_classes(trace: Trace, states: StateTable, last: int) -> int:
     return feeding[-1] if feeding else 0
 
 
+#: Fewest classes whose softmax Jacobian (1/K) tells a logits loss fed probabilities from
+#: one that reads their log (:attr:`RunFacts.output_grad_power`): 2 and 3 are within the
+#: spread of a batch's labels.
+_GRAD_POWER_MIN_CLASSES = 4
+
+
+def _output_grad_power(trace: Trace, k: int, logits_module: str) -> float:
+    """:attr:`RunFacts.output_grad_power` (see there)."""
+    rows = output_rows(trace.meta)
+    stats = trace.stats
+    if k < _GRAD_POWER_MIN_CLASSES or not rows or not logits_module or not len(stats) \
+            or "out_grad_norm" not in stats:
+        return math.nan
+    grad = stats.loc[stats["module_name"] == logits_module, "out_grad_norm"].to_numpy(float)
+    grad = grad[np.isfinite(grad) & (grad > 0)]
+    if not len(grad):
+        return math.nan
+    return float(math.log(grad[0] / math.sqrt((1.0 - 1.0 / k) / rows)) / math.log(k))
+
+
 def _output_floor(trace: Trace, states: StateTable, win: FactWindows, output_type: str,
-                  width: int) -> _OutputFloor:
-    """:attr:`RunFacts.output_floor_gap` and ``output_floor_step`` (see there).
+                  width: int, logits_module: str) -> _OutputFloor:
+    """:attr:`RunFacts.output_floor_gap`, ``output_floor_step`` and ``output_grad_power``.
 
     ``width`` is the classes the model's output rows spread over when the capture read
     them (:func:`neuraldbg.model_output.output_function`), else the fan-out of the layer
-    feeding the softmax module.
+    feeding the softmax module; ``logits_module`` the layer that makes the logits.
     """
-    out: _OutputFloor = {"output_floor_gap": math.nan, "output_floor_step": None}
+    out: _OutputFloor = {"output_floor_gap": math.nan, "output_floor_step": None,
+                         "output_grad_power": math.nan}
     if output_type not in _SOFTMAX_OUTPUTS:
         return out
     k = width
+    out["output_grad_power"] = _output_grad_power(trace, k, logits_module)
     steps = trace.steps
     loss = steps["loss"].to_numpy(dtype=float)
     fin = np.isfinite(loss)

@@ -1980,3 +1980,17 @@ def test_a_softmax_module_the_training_forward_never_calls_is_not_the_output(met
     assert output_module(trace) == "body.4"
     assert all(h.root_cause != "loss_output_mismatch" for h in ndb.explain(trace, method=method)
                if h.confidence >= 0.5)
+
+
+@pytest.mark.parametrize("method", ["heuristic", "probabilistic"])
+@pytest.mark.parametrize("in_forward", [True, False])
+def test_probabilities_read_through_their_log_that_stall_are_not_a_loss_output_mismatch(
+        in_forward: bool, method: str) -> None:
+    # the same stall at log K as a logits loss fed probabilities, but the gradient at the
+    # logits is cross-entropy's, not squashed 1/K by the softmax: the rate is too low
+    model = _SoftmaxInForward() if in_forward else nn.Sequential(_mlp(), nn.Softmax(dim=1))
+    trace = _train(model, torch.optim.SGD(model.parameters(), lr=0.01), _nll_of_probabilities,
+                   Y, steps=200)
+    claims = [h for h in ndb.explain(trace, method=method) if h.confidence >= 0.5]
+    assert claims and claims[0].root_cause != "loss_output_mismatch", claims
+    assert all(h.root_cause != "loss_output_mismatch" for h in claims)
