@@ -31,7 +31,7 @@ from neuraldbg.trace import Trace
 
 __all__ = ["explain", "name_undetermined_cause", "name_undetermined_type",
            "cause_given_failure", "tied_causes",
-           "TIE_TOLERANCE"]
+           "TIE_TOLERANCE", "BY_EXCLUSION"]
 
 #: Causes listed under each failure type (at most), and the conditional probability a cause
 #: after the first needs to be listed.
@@ -42,6 +42,18 @@ MIN_CAUSE_SHARE = 0.05
 TIE_TOLERANCE = 1e-6
 #: The highest confidence a cause tied with another keeps: just below a claim.
 _BELOW_CLAIM = float(np.nextafter(0.5, 0.0))
+#: Causes the network reaches by exclusion: ``data_problem`` (labels unrelated to the
+#: inputs) is what a stall with every other reading normal looks like, and so is any cause
+#: outside the vocabulary (an embedding swamped by its positions, an accumulation that
+#: multiplies the rate). The rules read its own signature (weights that move as in healthy
+#: training while the loss sits at chance, a batch that carries NaN) and name it then; where
+#: the rules' sensor names something else or abstains, the network's share for it is
+#: elimination, and it stays below a claim (:func:`name_undetermined_cause`). A helper's
+#: Transformer and accumulation runs whose cause lay outside the vocabulary were named
+#: ``data_problem`` at 0.54-0.58.
+BY_EXCLUSION: frozenset[str] = frozenset({"data_problem"})
+#: The rules' sensor of the cause they name.
+_RULE_CAUSE = "rule_cause"
 
 
 def tied_causes(cond: np.ndarray, root_causes: np.ndarray) -> list[str]:
@@ -67,7 +79,9 @@ def name_undetermined_cause(hyps: list[Hypothesis]) -> list[Hypothesis]:
 
     A failure the evidence shows, with no cause the evidence singles out, is named with
     ``root_cause="unknown"`` at the failure type's posterior; the candidate causes
-    stay listed at their joint posterior (each below 0.5 then). When the most probable
+    stay listed at their joint posterior (each below 0.5 then). So is a failure whose most
+    probable cause is one of :data:`BY_EXCLUSION` the rules' sensor did not name
+    (``metadata["cause_by_exclusion"]``). When the most probable
     cause is already the ``unknown`` state (the leak: the rules abstain, no registered cause
     fits), that hypothesis is the one lifted to the failure type's posterior: a failure shown
     at 0.92 whose cause is unknown is a failure, not a healthy run. Causes tied at the top
@@ -79,9 +93,11 @@ def name_undetermined_cause(hyps: list[Hypothesis]) -> list[Hypothesis]:
     # type itself is undetermined (name_undetermined_type)
     p_ft = float(top.metadata.get("p_failure_claimed", top.metadata["p_failure_type"]))
     tied = top.metadata.get("tied_causes") or []
-    if p_ft < 0.5 or (top.confidence >= 0.5 and not tied):
+    excluded = [top.root_cause] if top.metadata.get("cause_by_exclusion") else []
+    if p_ft < 0.5 or (top.confidence >= 0.5 and not tied and not excluded):
         return hyps
-    hyps = [h if h.root_cause not in tied or h.failure_type != top.failure_type
+    capped = set(tied) | set(excluded)
+    hyps = [h if h.root_cause not in capped or h.failure_type != top.failure_type
             else dataclasses.replace(h, confidence=min(h.confidence, _BELOW_CLAIM))
             for h in hyps]
     candidates = {h.root_cause: round(h.confidence, 4) for h in hyps
@@ -94,7 +110,11 @@ def name_undetermined_cause(hyps: list[Hypothesis]) -> list[Hypothesis]:
                   "reason": (f"the evidence shows {top.failure_type} (posterior "
                              f"{p_ft:.2f}) but does not single out its cause: " + (
                                  f"{', '.join(tied)} are tied at {top.confidence:.2f}"
-                                 if tied else f"the most probable, {top.root_cause}, has "
+                                 if tied else
+                                 f"the most probable, {top.root_cause}, has "
+                                 f"{top.confidence:.2f} by elimination, which the rules that "
+                                 "read its own signature did not name" if excluded else
+                                 f"the most probable, {top.root_cause}, has "
                                  f"{top.confidence:.2f}"))})
     rest = hyps[1:] if top.root_cause == "unknown" else hyps
     return [unknown, *rest]
@@ -229,8 +249,11 @@ def explain(model: FittedModel, trace: Trace) -> list[Hypothesis]:
         p_ft = min(1.0, max(0.0, float(marginal[i])))
         cond = cause_given_failure(joint[i], model.root_causes_)
         tied = [] if judged_healthy else tied_causes(cond, model.root_causes_)
-        tie = {"cause_resolution": "tie", "tied_causes": tied} if str(
-            model.root_causes_[j]) in tied else {}
+        cause = str(model.root_causes_[j])
+        tie: dict[str, Any] = ({"cause_resolution": "tie", "tied_causes": tied}
+                               if cause in tied else {})
+        if cause in BY_EXCLUSION and evidence.get(_RULE_CAUSE, cause) != cause:
+            tie["cause_by_exclusion"] = True
         # judged healthy, every hypothesis carries P(the run fails at all); judged
         # failing, a hypothesis claims its failure type *and* its cause: P(failure type)
         # times P(cause | that failure, the run fails)
@@ -247,7 +270,7 @@ def explain(model: FittedModel, trace: Trace) -> list[Hypothesis]:
                 origins[ft] = (layer, int(step), origins[ft][2])
         layer, step, path = origins[ft]
         hyps.append(Hypothesis(
-            failure_type=ft, root_cause=str(model.root_causes_[j]), origin_layer=layer,
+            failure_type=ft, root_cause=cause, origin_layer=layer,
             origin_step=step, confidence=conf,
             metadata={"method": "probabilistic", "p_failure_type": p_ft,
                       "p_root_cause_given_failure": float(cond[j]),

@@ -1994,3 +1994,44 @@ def test_probabilities_read_through_their_log_that_stall_are_not_a_loss_output_m
     claims = [h for h in ndb.explain(trace, method=method) if h.confidence >= 0.5]
     assert claims and claims[0].root_cause != "loss_output_mismatch", claims
     assert all(h.root_cause != "loss_output_mismatch" for h in claims)
+
+
+class _ReverseTagger(nn.Module):
+    """A Transformer tagger whose token embedding (std 0.02) is swamped by a learned
+    positional table of std 1: the tokens barely reach the encoder and the loss stalls at
+    chance, a cause the vocabulary does not name."""
+
+    def __init__(self, vocab: int = 16, length: int = 12, width: int = 32) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.emb = nn.Embedding(vocab, width)
+        nn.init.normal_(self.emb.weight, std=0.02)
+        self.pos = nn.Parameter(torch.randn(1, length, width))
+        layer = nn.TransformerEncoderLayer(width, 4, 64, dropout=0.0, batch_first=True,
+                                           norm_first=True)
+        self.enc = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+        self.norm = nn.LayerNorm(width)
+        self.head = nn.Linear(width, vocab)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.norm(self.enc(self.emb(x) + self.pos)))
+
+
+@pytest.mark.parametrize("method", ["heuristic", "probabilistic"])
+def test_a_stall_no_known_cause_explains_is_unknown_not_a_data_problem(method: str) -> None:
+    model = _ReverseTagger()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    g = torch.Generator().manual_seed(0)
+    with ndb.NeuralDbg(model, optimizer=opt) as dbg:
+        for _ in range(250):
+            x = torch.randint(1, 16, (32, 12), generator=g)
+            opt.zero_grad()
+            loss = F.cross_entropy(model(x).reshape(-1, 16), x.flip(1).reshape(-1))
+            loss.backward()
+            opt.step()
+            dbg.step(loss)
+    claims = [h for h in ndb.explain(dbg.trace, method=method) if h.confidence >= 0.5]
+    # the labels are the inputs reversed: nothing is wrong with the data
+    assert claims and (claims[0].failure_type, claims[0].root_cause) == ("training_plateau",
+                                                                         "unknown"), claims
+    assert all(h.root_cause != "data_problem" for h in claims), claims
