@@ -78,15 +78,20 @@ def resolve_capture_config(capture_config: CaptureConfig | None, *, every: int |
     return replace(base, **overrides)
 
 
-def first_float_tensor(obj: Any) -> torch.Tensor | None:
-    """The first floating-point tensor in a module output (tensor, tuple, list, dict, None)."""
+def first_float_tensor(obj: Any, *, with_dim: bool = False) -> torch.Tensor | None:
+    """The first floating-point tensor in a module output (tensor, tuple, list, dict, None).
+
+    With ``with_dim``, the first with a dimension and an element (a scalar loss returned
+    first is passed over).
+    """
     if isinstance(obj, torch.Tensor):
-        return obj if obj.is_floating_point() else None
+        return obj if obj.is_floating_point() and (
+            not with_dim or (obj.dim() > 0 and obj.numel() > 0)) else None
     if isinstance(obj, Mapping):
         obj = list(obj.values())
     if isinstance(obj, (tuple, list)):
         for item in obj:
-            found = first_float_tensor(item)
+            found = first_float_tensor(item, with_dim=with_dim)
             if found is not None:
                 return found
     return None

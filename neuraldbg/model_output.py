@@ -23,6 +23,8 @@ from typing import Any
 
 import torch
 
+from neuraldbg.capture_config import first_float_tensor
+
 __all__ = ["OutputMeter", "output_function", "output_rows", "MEASURED_FORWARDS",
            "ROW_SUM_TOLERANCE"]
 
@@ -35,26 +37,12 @@ MEASURED_FORWARDS = 8
 ROW_SUM_TOLERANCE = 1e-2
 
 
-def _first_tensor(obj: Any) -> torch.Tensor | None:
-    """The first floating-point tensor with a dimension (a scalar loss is passed over)."""
-    if isinstance(obj, torch.Tensor):
-        return obj if obj.is_floating_point() and obj.dim() > 0 and obj.numel() else None
-    if isinstance(obj, Mapping):
-        obj = list(obj.values())
-    if isinstance(obj, (tuple, list)):
-        for item in obj:
-            found = _first_tensor(item)
-            if found is not None:
-                return found
-    return None
-
-
 def _output_tensor(output: Any) -> torch.Tensor | None:
     logits = output.get("logits") if isinstance(output, Mapping) else getattr(output, "logits",
                                                                               None)
     if isinstance(logits, torch.Tensor):
         output = logits
-    return _first_tensor(output)
+    return first_float_tensor(output, with_dim=True)
 
 
 class OutputMeter:
