@@ -509,7 +509,7 @@ class _Classifier(nn.Module):
 
 @pytest.mark.parametrize("case", ["softmax", "logits", "eval_probe_first", "loss_first",
                                   "feature_probe_first"])
-def test_the_model_output_read_is_the_training_forward_s(case: str) -> None:
+def test_the_model_output_is_read_from_training_forwards(case: str) -> None:
     model = _Classifier(softmax=case in ("softmax", "loss_first", "feature_probe_first"),
                         loss_first=case == "loss_first")
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
