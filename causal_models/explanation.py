@@ -74,6 +74,17 @@ def tied_causes(cond: np.ndarray, root_causes: np.ndarray) -> list[str]:
     return tied if len(tied) > 1 else []
 
 
+def _undetermined_reason(top: Hypothesis, p_ft: float, tied: list[str],
+                         excluded: bool) -> str:
+    """Why :func:`name_undetermined_cause` named ``top``'s failure ``unknown``."""
+    why = (f"{', '.join(tied)} are tied at {top.confidence:.2f}" if tied else
+           f"the most probable, {top.root_cause}, has {top.confidence:.2f}")
+    if excluded and not tied:
+        why += " by elimination, which the rules that read its own signature did not name"
+    return (f"the evidence shows {top.failure_type} (posterior {p_ft:.2f}) but does not "
+            f"single out its cause: {why}")
+
+
 def name_undetermined_cause(hyps: list[Hypothesis]) -> list[Hypothesis]:
     """Name a failure whose cause the evidence does not single out ``unknown``.
 
@@ -107,15 +118,7 @@ def name_undetermined_cause(hyps: list[Hypothesis]) -> list[Hypothesis]:
         origin_layer=top.origin_layer, origin_step=top.origin_step, confidence=p_ft,
         metadata={**top.metadata, "p_root_cause_given_failure": None, "p_joint": None,
                   "cause_undetermined": candidates,
-                  "reason": (f"the evidence shows {top.failure_type} (posterior "
-                             f"{p_ft:.2f}) but does not single out its cause: " + (
-                                 f"{', '.join(tied)} are tied at {top.confidence:.2f}"
-                                 if tied else
-                                 f"the most probable, {top.root_cause}, has "
-                                 f"{top.confidence:.2f} by elimination, which the rules that "
-                                 "read its own signature did not name" if excluded else
-                                 f"the most probable, {top.root_cause}, has "
-                                 f"{top.confidence:.2f}"))})
+                  "reason": _undetermined_reason(top, p_ft, tied, bool(excluded))})
     rest = hyps[1:] if top.root_cause == "unknown" else hyps
     return [unknown, *rest]
 

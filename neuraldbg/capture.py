@@ -214,6 +214,7 @@ class Recorder:
                             has_params=self._has_params, complement=self._complement)
         self._diversity = WeightDiversity(leaves)
         self._output = OutputMeter()  # what the model's forward returns (logits, probabilities)
+        self._output_handle: Any = None  # its root hook, while it measures
         self._diversity_at: int | None = None  # step of the last diversity flush
         # A parameter near the input, watched for gradients thrown away between a backward
         # and the next forward (``zero_grad`` after a probe's backward): the first trainable
@@ -293,8 +294,9 @@ class Recorder:
     def _attach_forward_hooks(self) -> None:
         self._forward_handles = [mod.register_forward_hook(self._forward_hook)
                                  for _, mod in self._leaves]
-        if not self._output.done:
-            self._forward_handles.append(self.model.register_forward_hook(self._output_hook))
+        if not self._output.done:  # (the hook removes itself once it has measured enough)
+            self._output_handle = self.model.register_forward_hook(self._output_hook)
+            self._forward_handles.append(self._output_handle)
 
     def _detach_forward_hooks(self) -> None:
         for handle in self._forward_handles:
@@ -368,6 +370,8 @@ class Recorder:
             self._output.add(output)
         finally:
             torch._C._set_grad_enabled(True)
+        if self._output.done:  # no call on the forward path from here on
+            self._output_handle.remove()
 
     @torch.compiler.disable
     def _forward_hook(self, module: nn.Module, inputs: Any, output: Any) -> None:

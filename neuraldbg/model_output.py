@@ -63,6 +63,7 @@ class OutputMeter:
         # batch size of the first
         self._stats: dict[tuple[int, ...], tuple[torch.Tensor, int, int]] = {}
         self.measured = 0
+        self._final: dict[str, Any] | None = None  # read once, when done
 
     @property
     def done(self) -> bool:
@@ -94,6 +95,8 @@ class OutputMeter:
         forward (its batch times the other dimensions); ``forwards`` counts the forwards of
         the reported shape.
         """
+        if self._final is not None:
+            return self._final
         if not self._stats:
             return None
         shape, (stats, count, batch) = max(self._stats.items(), key=lambda kv: kv[1][1])
@@ -101,8 +104,11 @@ class OutputMeter:
         width, err = ((shape[0], err_dim1) if len(shape) >= 2 and err_dim1 < err_last
                       else (shape[-1], err_last))
         rows = batch * math.prod(shape) // max(width, 1)
-        return {"width": width, "rows": rows, "min": -neg_min, "max": high,
-                "row_sum_error": err, "forwards": count}
+        out = {"width": width, "rows": rows, "min": -neg_min, "max": high,
+               "row_sum_error": err, "forwards": count}
+        if self.done:  # the figures stop changing: no device read at later flushes
+            self._final = out
+        return out
 
 
 def output_rows(meta: Mapping[str, Any]) -> int:

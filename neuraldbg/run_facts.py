@@ -420,10 +420,7 @@ def gather_facts(trace: Trace, states: StateTable, dyn: LossDynamics,
         batchnorm_off_factor=bn_factor, batchnorm_off_step=bn_step,
         **_output_floor(trace, states, win, output_type,
                         function[1] if function else _output_classes(trace, states, last),
-                        # the layer making the logits: the one feeding a softmax module,
-                        # else the output module (the forward applies the softmax)
-                        (names[last - 1] if last > 0 else "") if types[last] in _SOFTMAX_OUTPUTS
-                        else names[last]),
+                        _logits_module(names, types, last)),
         weights_unmoved=frozen_weights(trace, win.edge_min_steps),
         nonfinite_from_floor=_nonfinite_from_floor(trace, states, dyn, win),
         **_nonfinite_entry_facts(trace, states, dyn, win),
@@ -660,6 +657,19 @@ def _output_classes(trace: Trace, states: StateTable, last: int) -> int:
     """Width K of a softmax output module ``last``: the fan-out of the layer feeding it."""
     feeding = [int(units) for units in _fan_out(trace, states)[:max(last, 0)] if units > 0]
     return feeding[-1] if feeding else 0
+
+
+def _logits_module(names: list[str], types: list[str], last: int) -> str:
+    """The layer that makes the logits ("" without one).
+
+    The module feeding a softmax module ``last``, else the output module itself (the
+    forward applies the softmax).
+    """
+    if not names:
+        return ""
+    if types[last] in _SOFTMAX_OUTPUTS:
+        return names[last - 1] if last > 0 else ""
+    return names[last]
 
 
 #: Fewest classes whose softmax Jacobian (1/K) tells a logits loss fed probabilities from
