@@ -14,14 +14,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from neuraldbg.run_facts import RunFacts
+from neuraldbg.run_facts import SOFTMAX_OUTPUTS, RunFacts
 from neuraldbg.sufficiency import LEARNED_DROP
 from neuraldbg.thresholds import ThresholdConfig, require_positive_fields
 
 __all__ = ["CauseWeights", "DEFAULT_WEIGHTS", "ScriptBugs", "logistic_support",
            "running_sum_support", "accumulation_support", "periodic_reset_support",
            "clipped_output_support", "symmetric_support",
-           "batchnorm_off_support", "init_support", "unsafe_loss_support"]
+           "batchnorm_off_support", "init_support", "unsafe_loss_support",
+           "output_floor_support", "probabilities_read_rightly"]
 
 
 def logistic_support(value: float, threshold: float, above: bool = True,
@@ -47,15 +48,32 @@ def logistic_support(value: float, threshold: float, above: bool = True,
     return float(1.0 / (1.0 + 3.0 ** (-d / decades)))
 
 
+def probabilities_read_rightly(facts: RunFacts, cfg: ThresholdConfig) -> bool:
+    """Whether the loss reads the network's probabilities rightly (``nll_loss`` on their log).
+
+    A logits loss fed probabilities cannot pass the floor ``log(1 + (K - 1) / e)`` (K = 2 for
+    a sigmoid output): a loss a third of ``output_floor_gap`` below it is another loss (MSE
+    on a sigmoid autoencoder's reconstructions, ``nll_loss`` on a softmax's log). Nor is,
+    for a softmax over K >= 4 classes, its gradient at the
+    logits squashed by the softmax's Jacobian there: ``output_grad_power`` above -1/2 is
+    nearer cross-entropy on logits than the 1/K a logits loss on probabilities gives. A loss
+    that reaches the floor for another reason (labels noisy enough that the best a model can
+    do costs as much: 36% of ten classes) is read by the gradient.
+    """
+    return bool(facts.output_floor_gap < -cfg.output_floor_gap / 3.0
+                or facts.output_grad_power > -0.5)
+
+
 def output_floor_support(facts: RunFacts, cfg: ThresholdConfig) -> float:
     """Support for "the loss sits on the floor of a softmax output under a logits loss".
 
-    0 when the network does not end in a softmax or the loss went below that floor by more
-    than a third of ``output_floor_gap`` (another loss); else graded on the gap above the
-    floor (:attr:`ThresholdConfig.output_floor_gap`).
+    0 when the network does not end in a softmax or its loss reads the probabilities rightly
+    (:func:`probabilities_read_rightly`); else graded on the gap above the floor
+    (:attr:`ThresholdConfig.output_floor_gap`).
     """
     gap, thr = facts.output_floor_gap, cfg.output_floor_gap
-    if not math.isfinite(gap) or gap < -thr / 3.0:
+    if facts.output_type not in SOFTMAX_OUTPUTS or not math.isfinite(gap) \
+            or probabilities_read_rightly(facts, cfg):
         return 0.0
     return logistic_support(max(gap, thr * 1e-3), thr, above=False,
                             decades=cfg.output_floor_decades)

@@ -64,6 +64,7 @@ from neuraldbg.cause_evidence import (
     ScriptBugs,
     init_support,
     logistic_support,
+    probabilities_read_rightly,
 )
 from neuraldbg.outside_vocabulary import batchnorm_hint
 from neuraldbg.run_facts import RunFacts
@@ -79,20 +80,17 @@ CauseSupport: TypeAlias = dict[str, tuple[float, dict[str, Any]]]
 #: Support for ``loss_output_mismatch`` by the type of the network's last module, on a run
 #: that stalls or saturates: a softmax output is the classic bug (``CrossEntropyLoss``
 #: applies its own); a sigmoid output is right for ``BCELoss`` and wrong for
-#: ``BCEWithLogitsLoss``, which the trace cannot tell apart, so it stays below 0.5.
+#: ``BCEWithLogitsLoss``, which the trace cannot tell apart above that loss's floor, so it
+#: stays below 0.5 (under the floor it is 0: :func:`_output_type_support`).
 _OUTPUT_MISMATCH: dict[str, float] = {"Softmax": 0.85, "Softmax2d": 0.85, "Sigmoid": 0.45}
 
 
 def _output_type_support(facts: RunFacts, cfg: ThresholdConfig) -> float:
     """:data:`_OUTPUT_MISMATCH` of the output's type, 0 where the loss reads it rightly.
 
-    A logits loss fed probabilities cannot pass the floor: a loss a third of
-    ``output_floor_gap`` below it reads the probabilities rightly (``nll_loss`` on their
-    log); so does one whose gradient at the logits is not squashed by the softmax's
-    Jacobian (``output_grad_power`` above -1/2: nearer cross-entropy on logits than the
-    1/K a logits loss on probabilities gives).
+    See :func:`~neuraldbg.cause_evidence.probabilities_read_rightly`.
     """
-    if facts.output_floor_gap < -cfg.output_floor_gap / 3.0 or facts.output_grad_power > -0.5:
+    if probabilities_read_rightly(facts, cfg):
         return 0.0
     return _OUTPUT_MISMATCH.get(facts.output_type, 0.0)
 #: Bugs in the user's script: evidence for one of them takes its share from the generic

@@ -210,10 +210,12 @@ class RunFacts:
         For a network that ends in a softmax over K classes: (loss at the end - the floor
         ``log(1 + (K - 1) / e)`` that ``CrossEntropyLoss`` on probabilities cannot go below)
         / the floor (NaN otherwise). ~0 when the loss sits on that floor; below 0 when the
-        loss is another one (it went under the floor).
+        loss is another one (it went under the floor). For one that ends in a sigmoid
+        module, against the floor of two classes, ``log(1 + 1/e)``, below which no logits
+        loss fed values in (0, 1) goes (an MSE autoencoder's loss lies far under it).
     output_floor_step : int or None
-        First step whose loss came within ``output_floor_gap`` (the threshold) of that
-        floor.
+        For a softmax output, the first step whose loss came within ``output_floor_gap``
+        (the threshold) of that floor.
     output_grad_power : float
         For a softmax over K >= 4 classes: the output-gradient norm of the layer that makes
         the logits, at the first recorded step, over the norm cross-entropy on those logits
@@ -650,7 +652,12 @@ _EXP_SAFE = 80.0
 
 #: The loss floor of ``CrossEntropyLoss`` fed probabilities: every logit in [0, 1], the
 #: best case one-hot, gives ``-log(e / (e + K - 1))``.
-_SOFTMAX_OUTPUTS = ("Softmax",)
+SOFTMAX_OUTPUTS = ("Softmax",)
+#: Outputs in (0, 1) element by element. A logits loss fed them has the floor of two
+#: classes, ``log(1 + 1/e)``: ``BCEWithLogitsLoss`` on ``x`` in [0, 1] is ``softplus(x) - y x
+#: >= softplus(-x) >= softplus(-1)`` for any target ``y`` in [0, 1], and cross-entropy over
+#: K classes of such values is ``log(1 + (K - 1)/e)`` or more.
+_SIGMOID_OUTPUTS = ("Sigmoid",)
 
 
 def _output_classes(trace: Trace, states: StateTable, last: int) -> int:
@@ -667,7 +674,7 @@ def _logits_module(names: list[str], types: list[str], last: int) -> str:
     """
     if not names:
         return ""
-    if types[last] in _SOFTMAX_OUTPUTS:
+    if types[last] in SOFTMAX_OUTPUTS:
         return names[last - 1] if last > 0 else ""
     return names[last]
 
@@ -702,10 +709,13 @@ def _output_floor(trace: Trace, states: StateTable, win: FactWindows, output_typ
     """
     out: _OutputFloor = {"output_floor_gap": math.nan, "output_floor_step": None,
                          "output_grad_power": math.nan}
-    if output_type not in _SOFTMAX_OUTPUTS:
+    if output_type in _SIGMOID_OUTPUTS:
+        k = 2  # the floor only: a loss under it is not a logits loss on these values
+    elif output_type in SOFTMAX_OUTPUTS:
+        k = width
+        out["output_grad_power"] = _output_grad_power(trace, k, logits_module)
+    else:
         return out
-    k = width
-    out["output_grad_power"] = _output_grad_power(trace, k, logits_module)
     steps = trace.steps
     loss = steps["loss"].to_numpy(dtype=float)
     fin = np.isfinite(loss)
@@ -717,7 +727,8 @@ def _output_floor(trace: Trace, states: StateTable, win: FactWindows, output_typ
     gap = (float(np.median(loss[fin][-end:])) - floor) / floor
     near = np.flatnonzero(fin & (loss <= floor * (1.0 + states.config.output_floor_gap)))
     out["output_floor_gap"] = gap
-    out["output_floor_step"] = int(steps["step"].iloc[near[0]]) if len(near) else None
+    if output_type in SOFTMAX_OUTPUTS:
+        out["output_floor_step"] = int(steps["step"].iloc[near[0]]) if len(near) else None
     return out
 
 

@@ -1996,6 +1996,62 @@ def test_probabilities_read_through_their_log_that_stall_are_not_a_loss_output_m
     assert all(h.root_cause != "loss_output_mismatch" for h in claims)
 
 
+def _noisy(labels: torch.Tensor, share: float, seed: int = 0) -> torch.Tensor:
+    """``labels`` with a ``share`` of them moved to another class at random."""
+    g = torch.Generator().manual_seed(seed)
+    flip = torch.rand(len(labels), generator=g) < share
+    out = labels.clone()
+    out[flip] = (labels[flip] + torch.randint(1, 10, (int(flip.sum()),), generator=g)) % 10
+    return out
+
+
+@pytest.mark.parametrize("method", ["heuristic", "probabilistic"])
+def test_a_loss_at_the_label_noise_floor_is_not_the_floor_of_a_logits_loss_on_probabilities(
+        method: str) -> None:
+    # 36% of ten classes' labels moved at random: the best a model can do costs
+    # -0.64 log 0.64 - 0.36 log 0.04 = 1.44 nats, next to the floor log(1 + 9/e) = 1.46 that
+    # cross-entropy fed probabilities cannot pass. The softmax is read through its log
+    # (right), and the gradient at the logits says so: nothing is wrong with the script
+    model = _SoftmaxInForward()
+    trace = _train(model, torch.optim.Adam(model.parameters(), lr=3e-3), _nll_of_probabilities,
+                   _noisy(Y, 0.36), steps=400)
+    floor = math.log1p(9 / math.e)
+    assert abs(trace.steps["loss"].iloc[-50:].median() / floor - 1) < 0.02  # on the floor
+    claims = [h for h in ndb.explain(trace, method=method) if h.confidence >= 0.5]
+    assert all(h.root_cause != "loss_output_mismatch" for h in claims), claims
+    # the bug itself, on clean labels, still sits on that floor and is named
+    model = _SoftmaxInForward()
+    bug = _train(model, torch.optim.Adam(model.parameters(), lr=3e-3), F.cross_entropy, Y,
+                 steps=400)
+    top = ndb.explain(bug, method=method)[0]
+    assert (top.root_cause, top.confidence >= 0.5) == ("loss_output_mismatch", True), top
+
+
+@pytest.mark.parametrize("method", ["heuristic", "probabilistic"])
+def test_a_sigmoid_autoencoder_under_mse_that_stalls_is_not_a_loss_output_mismatch(
+        method: str) -> None:
+    # BCEWithLogitsLoss fed values in (0, 1) cannot go below log(1 + 1/e) = 0.31; an MSE
+    # reconstruction loss sits far under it (0.18), so the sigmoid is read rightly and the
+    # stall is the rate's, as for the same network written with torch.sigmoid
+    def autoencoder() -> nn.Module:
+        torch.manual_seed(0)
+        return nn.Sequential(nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 64), nn.Sigmoid())
+
+    model = autoencoder()
+    trace = _train(model, torch.optim.SGD(model.parameters(), lr=0.01), F.mse_loss, X,
+                   steps=300)
+    claims = [h for h in ndb.explain(trace, method=method) if h.confidence >= 0.5]
+    assert claims and (claims[0].failure_type, claims[0].root_cause) == (
+        "training_plateau", "learning_rate_too_low"), claims
+    assert all(h.root_cause != "loss_output_mismatch" for h in claims), claims
+    # the bug: the same sigmoid under BCEWithLogitsLoss, stalled above that floor
+    model = autoencoder()
+    bug = _train(model, torch.optim.SGD(model.parameters(), lr=0.01),
+                 F.binary_cross_entropy_with_logits, X, steps=300)
+    top = ndb.explain(bug, method=method)[0]
+    assert (top.root_cause, top.confidence >= 0.5) == ("loss_output_mismatch", True), top
+
+
 class _ReverseTagger(nn.Module):
     """A Transformer tagger whose token embedding (std 0.02) is swamped by a learned
     positional table of std 1: the tokens barely reach the encoder and the loss stalls at
