@@ -19,6 +19,8 @@ from neuraldbg.events import rose_after_first_update
 from neuraldbg.trace import Trace
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from causal_models.bins import Bins
 
 __all__ = ["run_states", "log10_abs", "early_count", "early_median", "early_loss"]
@@ -79,13 +81,34 @@ def _spikes(gnorm: np.ndarray, bins: Bins) -> tuple[str, float]:
     return ("calm" if spikes < e2[0] else "spiky" if spikes < e2[1] else "extreme"), spikes
 
 
+def _reached_by_backward(stats: pd.DataFrame) -> set[str]:
+    """Modules that received a gradient at a recorded step (at their output or parameters).
+
+    A module the backward never reached (cut off by ``detach``, or run under ``no_grad``
+    inside the forward) has no output gradient and no parameter gradient at any step; one
+    behind dead rectifiers receives zeros, which count.
+    """
+    got = np.isfinite(stats["out_grad_norm"].to_numpy(dtype=float)) | (
+        np.nan_to_num(stats["param_grad_norm"].to_numpy(dtype=float), nan=0.0) > 0)
+    return set(stats.loc[got, "module_name"])
+
+
 def _grad_ratio(trace: Trace, bins: Bins) -> tuple[str, float]:
-    """Decades of the first over the last weighted layer's early gradient norm (AutoTrainer)."""
+    """Decades of the first over the last weighted layer's early gradient norm (AutoTrainer).
+
+    Over the weighted layers the backward reached (:func:`_reached_by_backward`): the ratio
+    reads how the gradient fades on its way back, and a trunk cut off from it (a ``detach``
+    before the head) is another fact (``gradient_blocked``), not a flow that died. Read with
+    the cut-off trunk, a CNN whose head learned to a loss of 0.002 was ``dead`` and the
+    network named dead neurons at 0.98.
+    """
     ratio = float("nan")
     stats = trace.stats
     if len(stats):
         mods = trace.modules.set_index("module_name")
-        weighted = [m for m in trace.module_names if float(mods.at[m, "n_trainable"]) > 0]
+        reached = _reached_by_backward(stats)
+        weighted = [m for m in trace.module_names if float(mods.at[m, "n_trainable"]) > 0
+                    and m in reached]
         if len(weighted) >= 2:
             head_steps = np.sort(stats["step"].unique())[:max(3, stats["step"].nunique() // 10)]
             sel = stats[stats["step"].isin(head_steps)
