@@ -384,14 +384,30 @@ def name_cause_unknown(hypotheses: list[Hypothesis], reason: str) -> list[Hypoth
     return [claim] + hedge(ranked[1:], reason)
 
 
+def _updates_small(trace: Trace) -> bool:
+    """Whether the run's median update ratio is under ``update_ratio_high``.
+
+    A clip pinned at every step keeps the updates small only when they are: a GRU at SGD 3
+    clipped at 1.0 moves its weights by 5-30% a step, and the rate is its cause.
+    """
+    if "update_ratio" not in trace.steps:
+        return False
+    u = trace.steps["update_ratio"].to_numpy(dtype=float)
+    u = u[np.isfinite(u)]
+    return bool(len(u)) and float(np.median(u)) < ThresholdConfig().update_ratio_high
+
+
 def cause_outside_vocabulary(trace: Trace, hypotheses: list[Hypothesis]) -> str | None:
     """What to check when the trace shows a bug no cause in the vocabulary names, or None.
 
     Weights that collapsed (:func:`weights_collapsed`), BatchNorm layers that do not
     normalise (:func:`batchnorm_not_normalising`), modules the optimizer does not hold
     (:func:`parameters_outside_optimizer`), or, when the method's top hypothesis
-    blames a learning rate too low or a stall on no known cause (the tiny steps a clip
-    makes are not read as the rate's under SGD), a gradient norm a clip pinned at every step
+    blames a learning rate too low or names a stall (the tiny steps a clip makes are not
+    read as the rate's under SGD, nor, while the updates are small, the small gradients it
+    leaves as a softmax's fed to a logits loss: a CNN under ``clip_grad_norm_(..., 1e-3)``
+    was ``loss_output_mismatch`` at 0.51 for the network), a gradient norm a clip pinned at
+    every step
     (:func:`gradient_norm_pinned`), or, when it claims a stall, frozen layers upstream of
     every trainable one (:func:`frozen_layers_upstream`). A model whose weights never moved
     is :func:`frozen_weights`'s.
@@ -401,7 +417,7 @@ def cause_outside_vocabulary(trace: Trace, hypotheses: list[Hypothesis]) -> str 
     top = max(hypotheses, key=lambda h: h.confidence, default=None)
     if not hint and top is not None and (
             top.root_cause == "learning_rate_too_low"
-            or (top.root_cause == "unknown" and top.failure_type == "training_plateau")):
+            or (top.failure_type == "training_plateau" and _updates_small(trace))):
         hint = gradient_norm_pinned(trace)  # the clip, not the rate, keeps updates small
     if not hint and top is not None and top.confidence >= 0.5 \
             and top.failure_type == "training_plateau":

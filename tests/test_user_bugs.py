@@ -2129,6 +2129,21 @@ def test_fine_tuning_a_trained_network_is_not_a_failure(seed: int) -> None:
         assert not claims, (method, claims)
 
 
+@pytest.mark.parametrize("method", ["heuristic", "probabilistic"])
+def test_a_stall_under_a_clip_that_caps_every_step_is_the_clip_not_a_named_cause(
+        method: str) -> None:
+    # clip_grad_norm_(..., 1e-3) caps every step: the updates are the rate times 0.001 and
+    # the gradients the clip leaves are small from the start, which the network read as a
+    # softmax's fed to a logits loss (loss_output_mismatch 0.54); the loss is plain
+    # cross-entropy on logits
+    model = _mlp()
+    trace = _train(model, torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9),
+                   F.cross_entropy, Y, steps=300, batch=32, clip=1e-3)
+    top = ndb.explain(trace, method=method)[0]
+    assert (top.failure_type, top.root_cause) == ("training_plateau", "unknown"), top
+    assert "max_norm" in top.metadata.get("hint", ""), top.metadata
+
+
 class _ReverseTagger(nn.Module):
     """A Transformer tagger whose token embedding (std 0.02) is swamped by a learned
     positional table of std 1: the tokens barely reach the encoder and the loss stalls at
