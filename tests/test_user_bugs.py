@@ -2057,12 +2057,14 @@ def test_a_sigmoid_autoencoder_under_mse_that_stalls_is_not_a_loss_output_mismat
     assert (top.root_cause, top.confidence >= 0.5) == ("loss_output_mismatch", True), top
 
 
-class _DetachedTrunkCNN(nn.Module):
-    """A digits CNN whose head reads ``trunk(x).detach()``: the convolutions never learn."""
+class _DigitsCNN(nn.Module):
+    """A small digits CNN with BatchNorm (the usual image classifier); with ``detach_trunk``
+    its head reads ``trunk(x).detach()`` and the convolutions never learn."""
 
-    def __init__(self) -> None:
+    def __init__(self, seed: int, detach_trunk: bool = False) -> None:
         super().__init__()
-        torch.manual_seed(1)
+        torch.manual_seed(seed)
+        self.detach_trunk = detach_trunk
         self.conv1 = nn.Conv2d(1, 16, 3, padding=1)
         self.bn1 = nn.BatchNorm2d(16)
         self.conv2 = nn.Conv2d(16, 32, 3, padding=1)
@@ -2072,39 +2074,21 @@ class _DetachedTrunkCNN(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = F.max_pool2d(F.relu(self.bn1(self.conv1(x.view(-1, 1, 8, 8)))), 2)
-        h = F.relu(self.bn2(self.conv2(h))).flatten(1).detach()
-        return self.fc2(F.relu(self.fc1(h)))
+        h = F.relu(self.bn2(self.conv2(h))).flatten(1)
+        return self.fc2(F.relu(self.fc1(h.detach() if self.detach_trunk else h)))
 
 
 def test_a_trunk_cut_off_from_the_gradient_under_a_head_that_learns_is_no_dead_layer() -> None:
     # the head alone takes the loss from 2.3 to near 0; the convolutions get no gradient at
     # all, which is not a gradient that died on its way back: read as one, the network said
     # dead_neurons at 0.98 on a run the rules judged healthy
-    model = _DetachedTrunkCNN()
+    model = _DigitsCNN(1, detach_trunk=True)
     trace = _train(model, torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9),
                    F.cross_entropy, Y, steps=300, batch=32)
     assert trace.steps["loss"].iloc[-30:].median() < 0.1  # it learned
     for method in ("heuristic", "probabilistic"):
         claims = [h for h in ndb.explain(trace, method=method) if h.confidence >= 0.5]
         assert all(h.root_cause == "gradient_blocked" for h in claims), (method, claims)
-
-
-class _DigitsCNN(nn.Module):
-    """A small digits CNN with BatchNorm (the usual image classifier)."""
-
-    def __init__(self, seed: int) -> None:
-        super().__init__()
-        torch.manual_seed(seed)
-        self.conv1 = nn.Conv2d(1, 16, 3, padding=1)
-        self.bn1 = nn.BatchNorm2d(16)
-        self.conv2 = nn.Conv2d(16, 32, 3, padding=1)
-        self.bn2 = nn.BatchNorm2d(32)
-        self.fc1 = nn.Linear(32 * 4 * 4, 64)
-        self.fc2 = nn.Linear(64, 10)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = F.max_pool2d(F.relu(self.bn1(self.conv1(x.view(-1, 1, 8, 8)))), 2)
-        return self.fc2(F.relu(self.fc1(F.relu(self.bn2(self.conv2(h))).flatten(1))))
 
 
 @pytest.mark.parametrize("seed", [0, 5])
