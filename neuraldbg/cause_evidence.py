@@ -53,12 +53,12 @@ def probabilities_read_rightly(facts: RunFacts, cfg: ThresholdConfig) -> bool:
 
     A logits loss fed probabilities cannot pass the floor ``log(1 + (K - 1) / e)`` (K = 2 for
     a sigmoid output): a loss a third of ``output_floor_gap`` below it is another loss (MSE
-    on a sigmoid autoencoder's reconstructions, ``nll_loss`` on a softmax's log). Nor is,
-    for a softmax over K >= 4 classes, its gradient at the
-    logits squashed by the softmax's Jacobian there: ``output_grad_power`` above -1/2 is
-    nearer cross-entropy on logits than the 1/K a logits loss on probabilities gives. A loss
-    that reaches the floor for another reason (labels noisy enough that the best a model can
-    do costs as much: 36% of ten classes) is read by the gradient.
+    on a sigmoid autoencoder's reconstructions, ``nll_loss`` on a softmax's log). Nor, for a
+    softmax over K >= 4 classes, is its gradient at the logits squashed by the softmax's
+    Jacobian: ``output_grad_power`` above -1/2 is nearer cross-entropy on logits than the 1/K
+    a logits loss on probabilities gives. A loss that reaches the floor for another reason
+    (labels noisy enough that the best a model can do costs as much: 36% of ten classes) is
+    read by the gradient.
     """
     return bool(facts.output_floor_gap < -cfg.output_floor_gap / 3.0
                 or facts.output_grad_power > -0.5)
