@@ -42,6 +42,7 @@ Nothing here reads ``trace.meta["ground_truth"]``.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -238,7 +239,8 @@ def _loss_states(steps: pd.DataFrame, bounds: list[int], onset: int | None,
 
 
 def discretize(trace: Trace, *, n_slices: int = 4, n_blocks: int = 3,
-               bins: Bins | None = None, slices: bool = True) -> Discretized:
+               bins: Bins | None = None, slices: bool = True,
+               cut_off: Collection[str] = ()) -> Discretized:
     """Turn a trace into the discrete evidence of the time-sliced network.
 
     Parameters
@@ -254,6 +256,10 @@ def discretize(trace: Trace, *, n_slices: int = 4, n_blocks: int = 3,
     slices : bool, default=True
         False: one slice over the whole run (run level only; ``n_slices`` is still
         validated but not used), the ablation without the time slices.
+    cut_off : collection of str, default=()
+        Modules the backward never reached
+        (:attr:`neuraldbg.run_facts.RunFacts.blocked_modules`), left out of the gradient
+        ratio.
 
     Returns
     -------
@@ -290,7 +296,7 @@ def discretize(trace: Trace, *, n_slices: int = 4, n_blocks: int = 3,
         features[slice_node("loss", t)] = loss_feats[t]
 
     _block_states(trace, blocks, bounds, bins, states, features, surged=surge is not None)
-    run_states(trace, blocks, bins, states, features)
+    run_states(trace, blocks, bins, states, features, cut_off)
     return Discretized(states=states, slices=windows, blocks=blocks, onset_step=onset,
                        features=features)
 

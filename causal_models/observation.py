@@ -59,9 +59,10 @@ def observe(trace: Trace, *, n_slices: int, n_blocks: int, bins: Bins | None,
 
 def _observe(trace: Trace, n_slices: int, n_blocks: int, bins: Bins | None,
              rule_evidence: bool, cause_states: tuple[str, ...], slices: bool) -> Discretized:
-    disc = discretize(trace, n_slices=n_slices, n_blocks=n_blocks, bins=bins, slices=slices)
-    disc.states.update(observe_knobs(trace, bins))
     diagnosis = heuristic_diagnosis(trace)  # the heuristic reasoner: its verdict and run facts
+    disc = discretize(trace, n_slices=n_slices, n_blocks=n_blocks, bins=bins, slices=slices,
+                      cut_off=diagnosis.facts.blocked_modules)
+    disc.states.update(observe_knobs(trace, bins))
     for hyp in diagnosis.hypotheses:  # module-resolution onsets, read as a sensor
         disc.events.setdefault(hyp.failure_type, (hyp.origin_layer, hyp.origin_step))
     stack, stack_features = observe_stack(trace, diagnosis.facts, bins)

@@ -11,10 +11,10 @@ output). The thresholds are :class:`causal_models.bins.Bins`'. Nothing here read
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from neuraldbg.events import rose_after_first_update
 from neuraldbg.trace import Trace
@@ -80,36 +80,22 @@ def _spikes(gnorm: np.ndarray, bins: Bins) -> tuple[str, float]:
     return ("calm" if spikes < e2[0] else "spiky" if spikes < e2[1] else "extreme"), spikes
 
 
-def _reached_by_backward(stats: pd.DataFrame) -> set[str]:
-    """Modules that received a gradient at a recorded step (at their output or parameters).
-
-    A module the backward never reached (cut off by ``detach``, or run under ``no_grad``
-    inside the forward) has no output gradient and no parameter gradient at any step; one
-    behind dead rectifiers receives zeros, which count.
-    """
-    got = np.isfinite(stats["out_grad_norm"].to_numpy(dtype=float)) | (
-        np.nan_to_num(stats["param_grad_norm"].to_numpy(dtype=float), nan=0.0) > 0)
-    # by module code, not by selecting the names (a million rows: 16 ms against 510)
-    codes, names = pd.factorize(stats["module_name"])
-    return {str(n) for n in names[np.bincount(codes, weights=got, minlength=len(names)) > 0]}
-
-
-def _grad_ratio(trace: Trace, bins: Bins) -> tuple[str, float]:
+def _grad_ratio(trace: Trace, bins: Bins, cut_off: Collection[str]) -> tuple[str, float]:
     """Decades of the first over the last weighted layer's early gradient norm (AutoTrainer).
 
-    Over the weighted layers the backward reached (:func:`_reached_by_backward`): the ratio
-    reads how the gradient fades on its way back, and a trunk cut off from it (a ``detach``
-    before the head) is another fact (``gradient_blocked``), not a flow that died. Read with
-    the cut-off trunk, a CNN whose head learned to a loss of 0.002 was ``dead`` and the
-    network named dead neurons at 0.98.
+    Over the weighted layers not ``cut_off`` from the backward
+    (:attr:`neuraldbg.run_facts.RunFacts.blocked_modules`): the ratio reads how the gradient
+    fades on its way back, and a trunk cut off from it (a ``detach`` before the head) is
+    another fact (``gradient_blocked``), not a flow that died. Read with the cut-off trunk,
+    a CNN whose head learned to a loss of 0.002 was ``dead`` and the network named dead
+    neurons at 0.98.
     """
     ratio = float("nan")
     stats = trace.stats
     if len(stats):
         mods = trace.modules.set_index("module_name")
-        reached = _reached_by_backward(stats)
         weighted = [m for m in trace.module_names if float(mods.at[m, "n_trainable"]) > 0
-                    and m in reached]
+                    and m not in cut_off]
         if len(weighted) >= 2:
             head_steps = np.sort(stats["step"].unique())[:max(3, stats["step"].nunique() // 10)]
             sel = stats[stats["step"].isin(head_steps)
@@ -167,18 +153,19 @@ def _forward_scale(trace: Trace) -> tuple[float, float]:
 
 
 def run_states(trace: Trace, blocks: tuple[tuple[str, ...], ...], bins: Bins,
-               states: dict[str, str], features: dict[str, float]) -> None:
+               states: dict[str, str], features: dict[str, float],
+               cut_off: Collection[str] = ()) -> None:
     """Fill ``states`` and ``features`` with the run-level evidence (this module's docstring).
 
-    Progress, gradient spikes, gradient ratio; on the knobs: update ratio, forward gain,
-    input magnitude.
+    Progress, gradient spikes, gradient ratio (over the weighted layers not in ``cut_off``);
+    on the knobs: update ratio, forward gain, input magnitude.
     """
     steps = trace.steps
     states["progress"], features["progress"] = _progress(steps["loss"].to_numpy(dtype=float),
                                                          bins)
     states["spikes"], features["spikes"] = _spikes(steps["grad_norm"].to_numpy(dtype=float),
                                                    bins)
-    states["grad_ratio"], features["grad_ratio"] = _grad_ratio(trace, bins)
+    states["grad_ratio"], features["grad_ratio"] = _grad_ratio(trace, bins, cut_off)
     states["update"], features["update"] = _update(steps["update_ratio"].to_numpy(dtype=float),
                                                    bins)
     gain, inp = _forward_scale(trace)
