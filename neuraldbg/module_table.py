@@ -91,6 +91,31 @@ def _fans(mod: nn.Module) -> tuple[int, int]:
     return int(weight.shape[1] * receptive), int(weight.shape[0] * receptive)
 
 
+#: Attributes that give a weighted module's output units or channels, in the order tried.
+_UNIT_ATTRIBUTES = ("out_features", "out_channels", "embedding_dim", "hidden_size", "embed_dim")
+
+
+def _units(mod: nn.Module) -> int:
+    """Output units or channels of a module with weights (:data:`_UNIT_ATTRIBUTES`), else 0."""
+    for attr in _UNIT_ATTRIBUTES:
+        value = getattr(mod, attr, None)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return 0
+
+
+_DROPOUTS = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout,
+             nn.FeatureAlphaDropout)
+
+
+def _dropout_rate(mod: nn.Module) -> float:
+    """The share a dropout module zeroes (``nn.Dropout``, its 1-3-d and alpha kin), else NaN."""
+    rate = getattr(mod, "p", None)
+    if isinstance(mod, _DROPOUTS) and isinstance(rate, (int, float)):
+        return float(rate)
+    return math.nan
+
+
 def _row_parameters(model: nn.Module) -> dict[str, list[tuple[str, nn.Parameter]]]:
     """Row name -> (qualified parameter name, parameter) of the parameters it owns."""
     rows = _row_of(model)
@@ -127,6 +152,8 @@ def module_table(model: nn.Module) -> pd.DataFrame:
             "fan_in": fan_in,
             "fan_out": fan_out,
             "parameters": ",".join(q for q, p in own if p.requires_grad),
+            "units": _units(mod),
+            "dropout": _dropout_rate(mod),
         })
     return pd.DataFrame(rows, columns=list(MODULE_COLUMNS))
 

@@ -46,7 +46,8 @@ __all__ = ["FROZEN_CONFIDENCE", "NO_GRADIENT_HINT", "NO_STEP_HINT", "OTHER_PARAM
            "claim_unknown", "gradient_norm_pinned", "weights_collapsed", "batchnorm_off_factor",
            "batchnorm_off",
            "batchnorm_not_normalising", "batchnorm_hint", "name_cause_unknown",
-           "parameters_outside_optimizer", "frozen_layers_upstream", "cause_outside_vocabulary"]
+           "parameters_outside_optimizer", "frozen_layers_upstream", "HEAVY_DROPOUT",
+           "heavy_dropout", "NARROW_UNITS", "narrow_layer", "cause_outside_vocabulary"]
 
 #: Confidence of the stall claimed for a model whose weights never moved over at least
 #: :data:`MIN_STEPS` steps. Not 1: the parameter norm is a float32 sum, and updates below its
@@ -75,6 +76,16 @@ _AT_INIT = 0.01
 BATCHNORM_SWITCH = 1.1
 #: Fewest recorded steps off the scale, to the end of the finite run, for a switch.
 BATCHNORM_SWITCH_STEPS = 3
+#: A dropout rate this high or higher zeroes most units at every training step and scales the
+#: rest by ``1 / (1 - p)`` (10x at 0.9): a digits CNN with ``nn.Dropout(0.9)`` after each
+#: block ends at chance at any learning rate (0.005 to 0.05), and both methods blamed the
+#: rate (0.75-0.98). Rates of 0.5 and under are the usual ones.
+HEAVY_DROPOUT = 0.8
+#: A hidden weighted layer this narrow or narrower (units or channels), under an output layer
+#: wider than it, passes each sample through a handful of numbers: a digits CNN whose one
+#: convolution has a single channel stalls near chance (2.5 -> 2.3), and both methods named
+#: the data (0.84-0.97) where the same data and loop reach 99% with 16 channels.
+NARROW_UNITS = 2
 #: What :func:`frozen_weights` tells the user when no gradient reached any optimizer step.
 NO_GRADIENT_HINT = ("the weights never moved and no gradient was there when the optimizer "
                     "stepped, at any step: is loss.backward() called, and before "
@@ -269,6 +280,54 @@ def frozen_layers_upstream(trace: Trace) -> str | None:
             "extractor)")
 
 
+def narrow_layer(trace: Trace) -> str | None:
+    """What to check when a hidden weighted layer has :data:`NARROW_UNITS` units or fewer.
+
+    Hidden: a module with weights and a ``units`` count that runs before the last such module
+    (``forward_order``), whose units must outnumber it. A trace written before the module
+    table's ``units`` column gives ``None``.
+    """
+    mods = trace.modules
+    if not {"units", "forward_order", "n_params"} <= set(mods.columns):
+        return None
+    weighted = mods[(pd.to_numeric(mods["units"], errors="coerce") > 0)
+                    & (mods["n_params"] > 0) & (mods["forward_order"] >= 0)]
+    if len(weighted) < 2:
+        return None
+    weighted = weighted.sort_values("forward_order")
+    units = weighted["units"].to_numpy(dtype=float)
+    hidden, last = units[:-1], units[-1]
+    narrow = (hidden <= NARROW_UNITS) & (hidden < last)
+    if not narrow.any():
+        return None
+    names = weighted["module_name"].astype(str).to_numpy()[:-1][narrow].tolist()
+    return (f"every prediction passes through {_listed(names)}, with "
+            f"{int(hidden[narrow].min())} output unit(s) or channel(s) against {int(last)} "
+            "at the output: the model may be too small for the task rather than the data or "
+            "a knob at fault; widen that layer")
+
+
+def heavy_dropout(trace: Trace) -> str | None:
+    """What to check when a dropout module zeroes :data:`HEAVY_DROPOUT` of its inputs or more.
+
+    Read from the module table's ``dropout`` column (the module's ``p``); a trace written
+    before that column gives ``None``.
+    """
+    mods = trace.modules
+    if "dropout" not in mods.columns:
+        return None
+    rates = pd.to_numeric(mods["dropout"], errors="coerce").to_numpy(dtype=float)
+    heavy = np.isfinite(rates) & (rates >= HEAVY_DROPOUT)
+    if not heavy.any():
+        return None
+    names = mods.loc[heavy, "module_name"].astype(str).tolist()
+    p = float(rates[heavy].max())
+    return (f"dropout in {_listed(names)} zeroes {p:.0%} of the units at every training step "
+            f"and scales the rest by {1 / max(1 - p, 1e-12):.3g}: p is the share dropped, "
+            "not kept (TensorFlow's keep_prob is the other way round); try p <= 0.5, and "
+            "check the other causes once it trains")
+
+
 def batchnorm_off_factor(trace: Trace) -> float:
     """How far the BatchNorm layers were from normalising (>= 1); see :func:`batchnorm_off`."""
     return batchnorm_off(trace)[0]
@@ -402,18 +461,20 @@ def cause_outside_vocabulary(trace: Trace, hypotheses: list[Hypothesis]) -> str 
 
     Weights that collapsed (:func:`weights_collapsed`), BatchNorm layers that do not
     normalise (:func:`batchnorm_not_normalising`), modules the optimizer does not hold
-    (:func:`parameters_outside_optimizer`), or, when the method's top hypothesis
+    (:func:`parameters_outside_optimizer`), dropout that zeroes most units
+    (:func:`heavy_dropout`), or, when the method's top hypothesis
     blames a learning rate too low or names a stall (the tiny steps a clip makes are not
     read as the rate's under SGD, nor, while the updates are small, the small gradients it
     leaves as a softmax's fed to a logits loss: a CNN under ``clip_grad_norm_(..., 1e-3)``
     was ``loss_output_mismatch`` at 0.51 for the network), a gradient norm a clip pinned at
     every step
     (:func:`gradient_norm_pinned`), or, when it claims a stall, frozen layers upstream of
-    every trainable one (:func:`frozen_layers_upstream`). A model whose weights never moved
+    every trainable one (:func:`frozen_layers_upstream`) or a hidden layer of one or two
+    units (:func:`narrow_layer`). A model whose weights never moved
     is :func:`frozen_weights`'s.
     """
     hint = (weights_collapsed(trace) or batchnorm_not_normalising(trace)
-            or parameters_outside_optimizer(trace))
+            or parameters_outside_optimizer(trace) or heavy_dropout(trace))
     top = max(hypotheses, key=lambda h: h.confidence, default=None)
     if not hint and top is not None and (
             top.root_cause == "learning_rate_too_low"
@@ -421,5 +482,5 @@ def cause_outside_vocabulary(trace: Trace, hypotheses: list[Hypothesis]) -> str 
         hint = gradient_norm_pinned(trace)  # the clip, not the rate, keeps updates small
     if not hint and top is not None and top.confidence >= 0.5 \
             and top.failure_type == "training_plateau":
-        hint = frozen_layers_upstream(trace)
+        hint = frozen_layers_upstream(trace) or narrow_layer(trace)
     return hint

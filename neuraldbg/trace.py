@@ -105,6 +105,10 @@ MODULE_COLUMNS: dict[str, str] = {
     "parameters": "qualified names of the trainable parameters counted in this row, comma "
     "separated: the module's own, and those of children it calls functionally (the "
     "out_proj of nn.MultiheadAttention)",
+    "units": "output units or channels of a weighted module (``out_features``, "
+    "``out_channels``, ``embedding_dim``, ``hidden_size``, ``embed_dim``); 0 for others",
+    "dropout": "share of its inputs a dropout module zeroes in training (its ``p``); NaN for "
+    "other modules and in traces written before this column",
 }
 
 

@@ -2061,7 +2061,7 @@ class _DigitsCNN(nn.Module):
     """A small digits CNN with BatchNorm (the usual image classifier); with ``detach_trunk``
     its head reads ``trunk(x).detach()`` and the convolutions never learn."""
 
-    def __init__(self, seed: int, detach_trunk: bool = False) -> None:
+    def __init__(self, seed: int, detach_trunk: bool = False, dropout: float = 0.0) -> None:
         super().__init__()
         torch.manual_seed(seed)
         self.detach_trunk = detach_trunk
@@ -2071,11 +2071,18 @@ class _DigitsCNN(nn.Module):
         self.bn2 = nn.BatchNorm2d(32)
         self.fc1 = nn.Linear(32 * 4 * 4, 64)
         self.fc2 = nn.Linear(64, 10)
+        # with ``dropout``: nn.Dropout after each block and before the classifier
+        self.drops = nn.ModuleList([nn.Dropout(dropout) for _ in range(3)]) if dropout \
+            else None
+
+    def _drop(self, i: int, h: torch.Tensor) -> torch.Tensor:
+        return self.drops[i](h) if self.drops is not None else h
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = F.max_pool2d(F.relu(self.bn1(self.conv1(x.view(-1, 1, 8, 8)))), 2)
-        h = F.relu(self.bn2(self.conv2(h))).flatten(1)
-        return self.fc2(F.relu(self.fc1(h.detach() if self.detach_trunk else h)))
+        h = self._drop(0, F.max_pool2d(F.relu(self.bn1(self.conv1(x.view(-1, 1, 8, 8)))), 2))
+        h = self._drop(1, F.relu(self.bn2(self.conv2(h)))).flatten(1)
+        h = F.relu(self.fc1(h.detach() if self.detach_trunk else h))
+        return self.fc2(self._drop(2, h))
 
 
 def test_a_trunk_cut_off_from_the_gradient_under_a_head_that_learns_is_no_dead_layer() -> None:
@@ -2167,3 +2174,70 @@ def test_a_stall_no_known_cause_explains_is_unknown_not_a_data_problem(method: s
     assert claims and (claims[0].failure_type, claims[0].root_cause) == ("training_plateau",
                                                                          "unknown"), claims
     assert all(h.root_cause != "data_problem" for h in claims), claims
+
+
+@pytest.mark.parametrize(("seed", "lr"), [(3, 0.05), (2, 0.005)])
+def test_dropout_that_drops_nine_units_in_ten_is_no_learning_rate(seed: int, lr: float) -> None:
+    # nn.Dropout(0.9) after each block (keep_prob read the other way round): the loss ends
+    # at chance at any rate a user tries. Both methods blamed a learning rate too high
+    # (0.66 / 0.94 here at 0.05, 0.75-0.98 on a new user's CNN), the network unscaled
+    # targets at 0.005 (0.75); the same loop at p = 0.1 trains
+    model = _DigitsCNN(seed, dropout=0.9)
+    trace = _train(model, torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9),
+                   F.cross_entropy, Y, steps=300, batch=32)
+    assert trace.modules["dropout"].max() == pytest.approx(0.9)
+    hinted = 0
+    for method in ("heuristic", "probabilistic"):
+        hyps = ndb.explain(trace, method=method)
+        claimed = [h for h in hyps if h.confidence >= 0.5]
+        assert all(h.root_cause == "unknown" for h in claimed), (method, claimed)
+        if hyps and hyps[0].root_cause == "unknown":
+            hinted += "dropout in drops.0, drops.1, drops.2 zeroes 90%" in hyps[0].metadata.get(
+                "hint", "")
+    assert hinted, "the top hypothesis of at least one method names the dropout"
+    assert "dropout" in ndb.what_if(trace, lr_scale=0.1).metadata["outside_vocabulary"]
+    twin = _DigitsCNN(seed, dropout=0.1)
+    twin_trace = _train(twin, torch.optim.SGD(twin.parameters(), lr=lr, momentum=0.9),
+                        F.cross_entropy, Y, steps=300, batch=32)
+    for method in ("heuristic", "probabilistic"):
+        hyps = ndb.explain(twin_trace, method=method)
+        assert not hyps or hyps[0].confidence < 0.5, (method, hyps[0])
+
+
+class _OneChannelCNN(nn.Module):
+    """A digits CNN whose one convolution has ``channels`` output channels, each pooled to
+    one number before the classifier."""
+
+    def __init__(self, seed: int, channels: int) -> None:
+        super().__init__()
+        torch.manual_seed(seed)
+        self.conv = nn.Conv2d(1, channels, 3, padding=1)
+        self.fc = nn.Linear(channels, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = F.adaptive_avg_pool2d(F.relu(self.conv(x.view(-1, 1, 8, 8))), 1)
+        return self.fc(h.flatten(1))
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_stall_behind_a_one_channel_layer_is_the_model_not_the_data(seed: int) -> None:
+    # every sample reaches the classifier as one number: the loss stays near chance and
+    # both methods named data_problem (0.84-0.97 on a new user's digits CNN); the same data
+    # and loop train with 16 channels
+    model = _OneChannelCNN(seed, 1)
+    trace = _train(model, torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9),
+                   F.cross_entropy, Y, steps=300, batch=32)
+    assert list(trace.modules["units"]) == [1, 10]
+    claims = 0
+    for method in ("heuristic", "probabilistic"):
+        claimed = [h for h in ndb.explain(trace, method=method) if h.confidence >= 0.5]
+        assert all(h.root_cause == "unknown" for h in claimed), (method, claimed)
+        if claimed:
+            claims += 1
+            assert "passes through conv, with 1 output unit" in claimed[0].metadata["hint"]
+    assert claims, "the stall is claimed by at least one method"
+    wide = _DigitsCNN(seed)  # the data and the loop are fine
+    wide_trace = _train(wide, torch.optim.SGD(wide.parameters(), lr=0.05, momentum=0.9),
+                        F.cross_entropy, Y, steps=300, batch=32)
+    assert wide_trace.steps["loss"].iloc[-30:].median() < 0.2
+    assert trace.steps["loss"].iloc[-30:].median() > 2.0
