@@ -1559,9 +1559,9 @@ def test_weights_100x_too_small_under_adam_are_not_read_as_a_rate_too_high() -> 
     a standard 1e-3: Adam steps by about the rate per weight, so against weights 100x
     smaller every update looks large, and the heuristic said exploding_gradients /
     learning_rate_too_high (support 0.59, the top hypothesis; in the probe that found it a
-    lower rate made the run worse and the default init fixed it). The biases, which the scaling left alone, dominate the layers' outputs, so the
-    signal's gain per layer reads normal (0.62); the weights' norms against PyTorch's
-    default (0.05-0.35) show the init."""
+    lower rate made the run worse and the default init fixed it). The biases, which the
+    scaling left alone, dominate the layers' outputs, so the signal's gain per layer reads
+    normal (0.62); the weights' norms against PyTorch's default (0.05-0.35) show the init."""
     torch.manual_seed(0)
     model = _SmallCNN()
     with torch.no_grad():
@@ -1772,6 +1772,19 @@ def test_a_tiny_bert_at_its_standard_init_is_healthy_though_query_and_key_barely
         assert not hyps or hyps[0].confidence < 0.5, (method, hyps[:2])
 
 
+def _assert_claimed_as_unknown(trace: ndb.Trace, hint: str) -> None:
+    """At least one method claims the failure (confidence >= 0.5); every claim of both names
+    the cause ``unknown``, and the top claim's hint contains ``hint``."""
+    claims = 0
+    for method in ("heuristic", "probabilistic"):
+        claimed = [h for h in ndb.explain(trace, method=method) if h.confidence >= 0.5]
+        assert all(h.root_cause == "unknown" for h in claimed), (method, claimed)
+        if claimed:
+            claims += 1
+            assert hint in claimed[0].metadata["hint"], (method, claimed[0].metadata["hint"])
+    assert claims, "the failure is claimed by at least one method"
+
+
 def _narrow_mlp(seed: int, *, frozen: int) -> nn.Module:
     """Three hidden layers of 8 units; the first ``frozen`` modules' weights frozen."""
     torch.manual_seed(seed)
@@ -1793,14 +1806,7 @@ def test_a_stall_behind_frozen_first_layers_names_them_not_the_data(seed: int) -
     opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.05,
                           momentum=0.9)
     trace = _train(model, opt, F.cross_entropy, Y, steps=300, batch=32)
-    claims = 0
-    for method in ("heuristic", "probabilistic"):
-        claimed = [h for h in ndb.explain(trace, method=method) if h.confidence >= 0.5]
-        assert all(h.root_cause == "unknown" for h in claimed), (method, claimed)
-        if claimed:
-            claims += 1
-            assert "layers 0, 2 (79% of the weights) are frozen" in claimed[0].metadata["hint"]
-    assert claims, "the stall is claimed by at least one method"
+    _assert_claimed_as_unknown(trace, "layers 0, 2 (79% of the weights) are frozen")
     twin = _narrow_mlp(seed, frozen=0)
     twin_trace = _train(twin, torch.optim.SGD(twin.parameters(), lr=0.05, momentum=0.9),
                         F.cross_entropy, Y, steps=300, batch=32)
@@ -2228,14 +2234,7 @@ def test_a_stall_behind_a_one_channel_layer_is_the_model_not_the_data(seed: int)
     trace = _train(model, torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9),
                    F.cross_entropy, Y, steps=300, batch=32)
     assert list(trace.modules["units"]) == [1, 10]
-    claims = 0
-    for method in ("heuristic", "probabilistic"):
-        claimed = [h for h in ndb.explain(trace, method=method) if h.confidence >= 0.5]
-        assert all(h.root_cause == "unknown" for h in claimed), (method, claimed)
-        if claimed:
-            claims += 1
-            assert "passes through conv, with 1 output unit" in claimed[0].metadata["hint"]
-    assert claims, "the stall is claimed by at least one method"
+    _assert_claimed_as_unknown(trace, "passes through conv, with 1 output unit")
     wide = _DigitsCNN(seed)  # the data and the loop are fine
     wide_trace = _train(wide, torch.optim.SGD(wide.parameters(), lr=0.05, momentum=0.9),
                         F.cross_entropy, Y, steps=300, batch=32)
