@@ -20,6 +20,7 @@ from neuraldbg.thresholds import ThresholdConfig, require_positive_fields
 
 __all__ = ["CauseWeights", "DEFAULT_WEIGHTS", "ScriptBugs", "logistic_support",
            "running_sum_support", "accumulation_support", "periodic_reset_support",
+           "kept_gradient_support",
            "clipped_output_support", "symmetric_support",
            "batchnorm_off_support", "init_support", "unsafe_loss_support",
            "output_floor_support", "probabilities_read_rightly"]
@@ -384,6 +385,23 @@ def accumulation_support(facts: RunFacts, cfg: ThresholdConfig,
                             decades=weights.accumulation_decades)
 
 
+def kept_gradient_support(facts: RunFacts, cfg: ThresholdConfig) -> float:
+    """Support for "the gradient norm does not follow the loss down" (a missing ``zero_grad``).
+
+    1 when the loss fell to half the step before's or less on ``cfg.grad_kept_falls`` steps
+    or more (before the first non-finite loss or norm), the global gradient norm kept 0.9
+    of its value across ``cfg.grad_kept_share`` of them, and it grew
+    ``cfg.grad_kept_growth``-fold (:attr:`~neuraldbg.run_facts.RunFacts.grad_kept`); else 0.
+    A pile-up that blows up within a few dozen steps under SGD with momentum (loss 1.1 ->
+    1e14 by step 29) fits no power law, so :func:`running_sum_support` misses it, while
+    its norm stays put as the loss swings 100x down and up (578 three steps running while
+    the loss went 88 -> 0.79).
+    """
+    falls, kept, growth = facts.grad_kept
+    return float(falls >= cfg.grad_kept_falls and kept >= cfg.grad_kept_share
+                 and growth >= cfg.grad_kept_growth)
+
+
 def periodic_reset_support(facts: RunFacts, cfg: ThresholdConfig) -> float:
     """Support for "the gradients are reset only every k optimizer steps".
 
@@ -519,7 +537,8 @@ class ScriptBugs:
         unsafe_loss = unsafe_loss_support(facts, w)
         return cls(piled=max(running_sum_support(facts, cfg, w),
                              accumulation_support(facts, cfg, w),
-                             periodic_reset_support(facts, cfg)),
+                             periodic_reset_support(facts, cfg),
+                             kept_gradient_support(facts, cfg)),
                    targets=logistic_support(facts.loss_scale_ratio, cfg.loss_scale_ratio),
                    symmetric=symmetric_support(facts, cfg, w),
                    blocked=1.0 if facts.blocked_modules else 0.0,

@@ -21,7 +21,11 @@ an optimizer built from part of the model), whose gradients pile up as if ``zero
 were missing. And a stall claimed behind weighted layers frozen on purpose
 (:func:`frozen_layers_upstream`: ``requires_grad=False`` on the first layers) may be the
 frozen features, which no knob in the vocabulary changes: the stall keeps its type, with
-cause ``unknown`` and a hint that names them.
+cause ``unknown`` and a hint that names them. So is a stall or dead units claimed behind a
+layer of one or two units that every prediction passes through (:func:`narrow_layer`: a
+model too small for the task, not bad data or a bias), and a failure claimed under dropout
+that zeroes most of the units (:func:`heavy_dropout`: ``nn.Dropout(p=0.9)``, TensorFlow's
+``keep_prob`` read the other way round), which no learning rate fixes.
 
 These are facts of the trace, not any method's opinion, so :func:`neuraldbg.explain` applies
 them to every method's answer.
@@ -81,8 +85,8 @@ BATCHNORM_SWITCH_STEPS = 3
 #: block ends at chance at any learning rate (0.005 to 0.05), and both methods blamed the
 #: rate (0.75-0.98). Rates of 0.5 and under are the usual ones.
 HEAVY_DROPOUT = 0.8
-#: A hidden weighted layer this narrow or narrower (units or channels), under an output layer
-#: wider than it, passes each sample through a handful of numbers: a digits CNN whose one
+#: A hidden weighted layer this narrow or narrower (units or channels), read by a layer that
+#: takes that few inputs, passes each sample through a handful of numbers: a digits CNN whose one
 #: convolution has a single channel stalls near chance (2.5 -> 2.3), and both methods named
 #: the data (0.84-0.97) where the same data and loop reach 99% with 16 channels.
 NARROW_UNITS = 2
@@ -281,14 +285,17 @@ def frozen_layers_upstream(trace: Trace) -> str | None:
 
 
 def narrow_layer(trace: Trace) -> str | None:
-    """What to check when a hidden weighted layer has :data:`NARROW_UNITS` units or fewer.
+    """What to check when the prediction passes through :data:`NARROW_UNITS` units or fewer.
 
-    Hidden: a module with weights and a ``units`` count that runs before the last such module
-    (``forward_order``), whose units must outnumber it. A trace written before the module
-    table's ``units`` column gives ``None``.
+    A module with weights and a ``units`` count of at most that, whose next weighted module
+    (``forward_order``) reads that few inputs per position (its ``fan_in`` over the kernel
+    size, ``fan_in * units / fan_out``): a hidden layer of one or two units, or a one-channel
+    convolution under a classifier. A one-unit scorer that weights a wider signal (attention
+    pooling's ``Linear(d, 1)``, whose next weighted module reads ``d``) is no bottleneck. A
+    trace written before the module table's ``units`` column gives ``None``.
     """
     mods = trace.modules
-    if not {"units", "forward_order", "n_params"} <= set(mods.columns):
+    if not {"units", "forward_order", "n_params", "fan_in", "fan_out"} <= set(mods.columns):
         return None
     weighted = mods[(pd.to_numeric(mods["units"], errors="coerce") > 0)
                     & (mods["n_params"] > 0) & (mods["forward_order"] >= 0)]
@@ -296,15 +303,17 @@ def narrow_layer(trace: Trace) -> str | None:
         return None
     weighted = weighted.sort_values("forward_order")
     units = weighted["units"].to_numpy(dtype=float)
-    hidden, last = units[:-1], units[-1]
-    narrow = (hidden <= NARROW_UNITS) & (hidden < last)
+    fan_in = weighted["fan_in"].to_numpy(dtype=float)
+    fan_out = weighted["fan_out"].to_numpy(dtype=float)
+    reads = np.where(fan_out > 0, fan_in * units / np.maximum(fan_out, 1.0), np.inf)
+    narrow = (units[:-1] <= NARROW_UNITS) & (reads[1:] <= NARROW_UNITS)
     if not narrow.any():
         return None
     names = weighted["module_name"].astype(str).to_numpy()[:-1][narrow].tolist()
     return (f"every prediction passes through {_listed(names)}, with "
-            f"{int(hidden[narrow].min())} output unit(s) or channel(s) against {int(last)} "
-            "at the output: the model may be too small for the task rather than the data or "
-            "a knob at fault; widen that layer")
+            f"{int(units[:-1][narrow].min())} output unit(s) or channel(s) that the next "
+            "layer reads: the model may be too small for the task rather than the data or a "
+            "knob at fault; widen that layer")
 
 
 def heavy_dropout(trace: Trace) -> str | None:
@@ -469,9 +478,9 @@ def cause_outside_vocabulary(trace: Trace, hypotheses: list[Hypothesis]) -> str 
     was ``loss_output_mismatch`` at 0.51 for the network), a gradient norm a clip pinned at
     every step
     (:func:`gradient_norm_pinned`), or, when it claims a stall, frozen layers upstream of
-    every trainable one (:func:`frozen_layers_upstream`) or a hidden layer of one or two
-    units (:func:`narrow_layer`). A model whose weights never moved
-    is :func:`frozen_weights`'s.
+    every trainable one (:func:`frozen_layers_upstream`), or, when it claims a stall or dead
+    units, a hidden layer of one or two units (:func:`narrow_layer`). A model whose weights
+    never moved is :func:`frozen_weights`'s.
     """
     hint = (weights_collapsed(trace) or batchnorm_not_normalising(trace)
             or parameters_outside_optimizer(trace) or heavy_dropout(trace))
@@ -482,5 +491,8 @@ def cause_outside_vocabulary(trace: Trace, hypotheses: list[Hypothesis]) -> str 
         hint = gradient_norm_pinned(trace)  # the clip, not the rate, keeps updates small
     if not hint and top is not None and top.confidence >= 0.5 \
             and top.failure_type == "training_plateau":
-        hint = frozen_layers_upstream(trace) or narrow_layer(trace)
+        hint = frozen_layers_upstream(trace)
+    if not hint and top is not None and top.confidence >= 0.5 \
+            and top.failure_type in ("training_plateau", "dead_neurons"):
+        hint = narrow_layer(trace)  # one unit that dies is the whole layer
     return hint

@@ -170,6 +170,15 @@ class RunFacts:
         share of the steps the global gradient norm grew). A fall is the norm dropping to
         half or less in one step; k is the most common gap between falls. NaNs with fewer
         than two falls.
+    grad_kept : tuple of float
+        Whether the global gradient norm follows the loss down: (steps whose loss fell to
+        :data:`LOSS_FALL` of the step before's or less, the share of them at which the norm
+        kept :data:`GRAD_KEPT` of its value or more, the largest norm over the median of the
+        first five). A step's gradient is computed at its weights, on its batch, so a loss
+        that falls fourfold takes the norm down with it (about twofold for a squared error);
+        a gradient that holds every step before (``zero_grad`` never called) barely moves
+        when one more term is added. Over the steps before the first non-finite or zero norm
+        or loss; NaNs with no such fall.
     loss_improved : bool
         The loss ends (mean of the last tenth, non-finite counting as worse) below where it
         began (mean of the first three steps).
@@ -309,6 +318,7 @@ class RunFacts:
     config: dict[str, Any] = field(default_factory=dict)
     grad_growth: tuple[float, float, float] = (math.nan, math.nan, math.nan)
     grad_resets: tuple[float, float, float, float] = (math.nan, math.nan, math.nan, math.nan)
+    grad_kept: tuple[float, float, float] = (math.nan, math.nan, math.nan)
     loss_improved: bool = True
     loss_scale_ratio: float = math.nan
     start_grad_ratio: float = math.nan
@@ -411,6 +421,7 @@ def gather_facts(trace: Trace, states: StateTable, dyn: LossDynamics,
         grad_clip=clip if clip and clip > 0 else None, n_weight_layers=int(weight.sum()),
         config=cfg_run, grad_growth=_grad_growth(trace, states.config.grad_sum_steps, win),
         grad_resets=_grad_resets(trace, states.config.grad_reset_fall),
+        grad_kept=_grad_kept(trace),
         loss_improved=_loss_improved(trace, win), output_type=output_type,
         start_grad_ratio=_first_ratio(trace, "grad_norm"),
         start_update_ratio=_first_ratio(trace, "update_norm"), weight_scale=_weight_scale(trace),
@@ -1011,6 +1022,28 @@ def _output_dead(states: StateTable, last: int) -> float:
     dead = states.measures["act_frac_dead"][:, last]
     dead = dead[states.measures["observed"][:, last] & np.isfinite(dead)]
     return float(dead.max()) if len(dead) else math.nan
+
+
+#: A fall of the loss (:attr:`RunFacts.grad_kept`): to this share of the step before's or less.
+LOSS_FALL = 0.5
+#: The global gradient norm kept this share of its value or more across such a fall.
+GRAD_KEPT = 0.9
+
+
+def _grad_kept(trace: Trace) -> tuple[float, float, float]:
+    """(loss falls, share the gradient norm kept, its growth): :attr:`RunFacts.grad_kept`."""
+    g = _sound_grad_norms(trace)
+    if "loss" not in trace.steps or len(g) < 6:
+        return (math.nan, math.nan, math.nan)
+    loss = trace.steps["loss"].to_numpy(dtype=float)[:len(g)]
+    sound = np.isfinite(loss) & (loss > 0)
+    n = int(np.argmin(sound)) if not sound.all() else len(loss)
+    loss, g = loss[:n], g[:n]
+    falls = loss[1:] <= LOSS_FALL * loss[:-1]
+    if n < 6 or not falls.any():
+        return (math.nan, math.nan, math.nan)
+    kept = float(np.mean(g[1:][falls] >= GRAD_KEPT * g[:-1][falls]))
+    return (float(falls.sum()), kept, float(g.max() / np.median(g[:5])))
 
 
 def _grad_resets(trace: Trace, fall: float) -> tuple[float, float, float, float]:

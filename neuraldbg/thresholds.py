@@ -288,6 +288,22 @@ class ThresholdConfig:
         conditions: data sorted by norm, unshuffled). No run of 937 healthy user-style runs,
         nor any of 400 healthy or fixed twins of a second probe, meets the four conditions;
         0.6 is what :attr:`grad_accumulation_monotone` asks of the same shape.
+    grad_kept_falls : int, default=3
+        Fewest falls of the loss to half the step before's or less that
+        :func:`~neuraldbg.cause_evidence.kept_gradient_support` reads
+        (:attr:`~neuraldbg.run_facts.RunFacts.grad_kept`) ...
+    grad_kept_share : float, default=0.9
+        ... the share of them across which the global gradient norm kept 0.9 of its value
+        or more: a gradient that holds every step before (a missing ``zero_grad``) does not
+        follow the loss down. Of 1,108 runs (the zoo's and two new-user probes') whose norm
+        grew tenfold or more across three or more falls, the 12 user runs without
+        ``zero_grad`` (SGD and Adam) kept it at every fall and the zoo's
+        ``zero_grad_per_epoch_mlp`` at 0.75-1.0; no other run above 0.79 (an LSTM blowing
+        up without a clip 0.67-0.73) ...
+    grad_kept_growth : float, default=10.0
+        ... and the largest norm at least this many times the median of the first five: a
+        running sum grows. A norm a clip pins at every step is kept across every fall too
+        (the healthy corpus's runs clipped at 1, 0.9-1.0) but does not grow.
     batchnorm_std_high : float, default=1.5
         BatchNorm outputs whose std is typically this many times away from 1 at the first step
         (:attr:`~neuraldbg.run_facts.RunFacts.batchnorm_off_factor`) do not normalise:
@@ -380,6 +396,9 @@ class ThresholdConfig:
     grad_reset_falls: int = 3
     grad_reset_aligned: float = 0.75
     grad_reset_monotone: float = 0.6
+    grad_kept_falls: int = 3
+    grad_kept_share: float = 0.9
+    grad_kept_growth: float = 10.0
     batchnorm_std_high: float = 1.5
     data_update_ratio: float = 1e-3
     cause_tie_margin: float = 0.05
