@@ -25,7 +25,9 @@ cause ``unknown`` and a hint that names them. So is a stall or dead units claime
 layer of one or two units that every prediction passes through (:func:`narrow_layer`: a
 model too small for the task, not bad data or a bias), and a failure claimed under dropout
 that zeroes most of the units (:func:`heavy_dropout`: ``nn.Dropout(p=0.9)``, TensorFlow's
-``keep_prob`` read the other way round), which no learning rate fixes.
+``keep_prob`` read the other way round), which no learning rate fixes, and a failure
+claimed while the loss passed exactly no gradient to the model's output
+(:func:`output_gradient_zero`: a clamp on outputs that saturated).
 
 These are facts of the trace, not any method's opinion, so :func:`neuraldbg.explain` applies
 them to every method's answer.
@@ -51,7 +53,8 @@ __all__ = ["FROZEN_CONFIDENCE", "NO_GRADIENT_HINT", "NO_STEP_HINT", "OTHER_PARAM
            "batchnorm_off",
            "batchnorm_not_normalising", "batchnorm_hint", "name_cause_unknown",
            "parameters_outside_optimizer", "frozen_layers_upstream", "HEAVY_DROPOUT",
-           "heavy_dropout", "NARROW_UNITS", "narrow_layer", "cause_outside_vocabulary"]
+           "heavy_dropout", "NARROW_UNITS", "narrow_layer", "ZERO_GRADIENT_SHARE",
+           "output_gradient_zero", "cause_outside_vocabulary"]
 
 #: Confidence of the stall claimed for a model whose weights never moved over at least
 #: :data:`MIN_STEPS` steps. Not 1: the parameter norm is a float32 sum, and updates below its
@@ -80,6 +83,10 @@ _AT_INIT = 0.01
 BATCHNORM_SWITCH = 1.1
 #: Fewest recorded steps off the scale, to the end of the finite run, for a switch.
 BATCHNORM_SWITCH_STEPS = 3
+#: Share of the recorded steps (finite loss) at which the loss passed exactly no gradient to the
+#: model's output for :func:`output_gradient_zero`: a loss on outputs clamped to [0, 1] once
+#: every output saturated (0 from the third step of 300 on a new user's binary classifier).
+ZERO_GRADIENT_SHARE = 0.9
 #: A dropout rate this high or higher zeroes most units at every training step and scales the
 #: rest by ``1 / (1 - p)`` (10x at 0.9): a digits CNN with ``nn.Dropout(0.9)`` after each
 #: block ends at chance at any learning rate (0.005 to 0.05), and both methods blamed the
@@ -316,6 +323,43 @@ def narrow_layer(trace: Trace) -> str | None:
             "knob at fault; widen that layer")
 
 
+def output_gradient_zero(trace: Trace, min_steps: int = MIN_STEPS) -> str | None:
+    """What to check when the loss passed no gradient to the model's output, or ``None``.
+
+    The last module in forward order received an output gradient of exactly 0 at
+    :data:`ZERO_GRADIENT_SHARE` of the recorded steps whose loss was finite (``min_steps``
+    or more), while that loss was not 0: an operation between the model and the loss passes
+    no gradient there (``clamp`` or ``round`` on saturated outputs, an ``argmax`` or a
+    comparison), and no knob changes that. Units that died inside the network leave the
+    output's own gradient alone, so they are not this.
+    """
+    mods, stats, steps = trace.modules, trace.stats, trace.steps
+    if not len(mods) or "out_grad_norm" not in stats or "loss" not in steps \
+            or "forward_order" not in mods:
+        return None
+    called = mods[mods["forward_order"] >= 0]
+    if not len(called):
+        return None
+    last = str(called.sort_values("forward_order")["module_name"].iloc[-1])
+    rows = stats[stats["module_name"] == last][["step", "out_grad_norm"]]
+    rows = rows.merge(steps[["step", "loss"]], on="step")
+    rows = rows[np.isfinite(rows["loss"].to_numpy(dtype=float))
+                & np.isfinite(rows["out_grad_norm"].to_numpy(dtype=float))]
+    if len(rows) < min_steps:
+        return None
+    zero = rows["out_grad_norm"].to_numpy(dtype=float) == 0.0
+    loss = rows["loss"].to_numpy(dtype=float)
+    if zero.mean() < ZERO_GRADIENT_SHARE or not (np.abs(loss[zero]) > 0).all():
+        return None
+    first = int(rows["step"].to_numpy()[int(np.argmax(zero))])
+    return (f"the loss passed no gradient to the model's output ({last}) at {zero.sum()} of "
+            f"{len(rows)} recorded steps, from step {first}, while it stayed near "
+            f"{float(np.median(loss[zero])):.3g}: something between the model and the loss "
+            "passes none (a clamp or round on outputs that saturated, an argmax or a "
+            "comparison); no learning rate fixes that. Feed the loss the raw outputs, or "
+            "use the loss that takes them (BCEWithLogitsLoss for logits)")
+
+
 def heavy_dropout(trace: Trace) -> str | None:
     """What to check when a dropout module zeroes :data:`HEAVY_DROPOUT` of its inputs or more.
 
@@ -471,7 +515,8 @@ def cause_outside_vocabulary(trace: Trace, hypotheses: list[Hypothesis]) -> str 
     Weights that collapsed (:func:`weights_collapsed`), BatchNorm layers that do not
     normalise (:func:`batchnorm_not_normalising`), modules the optimizer does not hold
     (:func:`parameters_outside_optimizer`), dropout that zeroes most units
-    (:func:`heavy_dropout`), or, when the method's top hypothesis
+    (:func:`heavy_dropout`), a loss that passes no gradient to the model's output
+    (:func:`output_gradient_zero`), or, when the method's top hypothesis
     blames a learning rate too low or names a stall (the tiny steps a clip makes are not
     read as the rate's under SGD, nor, while the updates are small, the small gradients it
     leaves as a softmax's fed to a logits loss: a CNN under ``clip_grad_norm_(..., 1e-3)``
@@ -483,7 +528,8 @@ def cause_outside_vocabulary(trace: Trace, hypotheses: list[Hypothesis]) -> str 
     never moved is :func:`frozen_weights`'s.
     """
     hint = (weights_collapsed(trace) or batchnorm_not_normalising(trace)
-            or parameters_outside_optimizer(trace) or heavy_dropout(trace))
+            or parameters_outside_optimizer(trace) or heavy_dropout(trace)
+            or output_gradient_zero(trace))
     top = max(hypotheses, key=lambda h: h.confidence, default=None)
     if not hint and top is not None and (
             top.root_cause == "learning_rate_too_low"

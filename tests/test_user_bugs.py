@@ -2317,3 +2317,28 @@ def test_a_one_unit_attention_scorer_is_no_narrow_layer() -> None:
                    steps=20)
     assert list(trace.modules.sort_values("forward_order")["units"]) == [16, 1, 4]
     assert narrow_layer(trace) is None
+
+
+def _clamped_bce(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """BCELoss on raw outputs clamped to [0, 1], as a user silences BCELoss's range error."""
+    return F.binary_cross_entropy(outputs.squeeze(-1).clamp(0, 1), targets)
+
+
+@pytest.mark.parametrize("seed", [4, 9])
+def test_a_loss_that_passes_no_gradient_to_the_outputs_is_no_rate_too_low(seed: int) -> None:
+    # once every clamped output saturates at 0 or 1 the loss sits near 50 (BCELoss's log
+    # clamp) and its gradient at the outputs is exactly 0: both methods named
+    # learning_rate_too_low (0.84-1.00 / 0.73 on a new user's probe), which no rate fixes
+    from sklearn.datasets import make_classification
+
+    x, y = make_classification(n_samples=2000, n_features=20, n_informative=8,
+                               n_redundant=4, flip_y=0.02, random_state=seed)
+    inputs = torch.tensor((x - x.mean(0)) / x.std(0), dtype=torch.float32)
+    targets = torch.tensor(y, dtype=torch.float32)
+    torch.manual_seed(seed)
+    model = nn.Sequential(nn.Linear(20, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(),
+                          nn.Linear(64, 1))
+    trace = _train(model, torch.optim.Adam(model.parameters(), lr=1e-3), _clamped_bce,
+                   targets, inputs=inputs, steps=300, batch=32,
+                   generator=torch.Generator().manual_seed(seed))
+    _assert_claimed_as_unknown(trace, "the loss passed no gradient to the model's output")
