@@ -55,6 +55,7 @@ from neuraldbg.registry_base import Registry
 from neuraldbg.run_facts import RunFacts, gather_facts
 from neuraldbg.states import StateTable, classify_states
 from neuraldbg.sufficiency import (
+    adversarial_growth,
     confident_output,
     fell_early_then_settled,
     hedge,
@@ -470,12 +471,13 @@ def explain(trace: Trace | str | os.PathLike[str], method: str | DiagnosisMethod
     if _plateau_claim(hypotheses) is not None:
         why = _unclaimable_plateau(usable, lambda: hypotheses)
         if why:
-            return hedge_failure(hypotheses, "training_plateau", why)
-    if any(h.failure_type == "saturated_activations" and h.confidence >= 0.5
-           for h in hypotheses):
-        why = confident_output(usable)
-        if why:
-            return hedge_failure(hypotheses, "saturated_activations", why)
+            hypotheses = hedge_failure(hypotheses, "training_plateau", why)
+    for failure, unclaimable in (("saturated_activations", confident_output),
+                                 ("exploding_gradients", adversarial_growth)):
+        if any(h.failure_type == failure and h.confidence >= 0.5 for h in hypotheses):
+            why = unclaimable(usable)
+            if why:
+                hypotheses = hedge_failure(hypotheses, failure, why)
     return hypotheses
 
 
