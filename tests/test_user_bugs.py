@@ -2378,14 +2378,10 @@ def _ring(n: int, g: torch.Generator) -> torch.Tensor:
     return centres + 0.05 * torch.randn(n, 2, generator=g)
 
 
-@pytest.mark.parametrize("seed", [0, 1])
-def test_a_healthy_gan_whose_generator_gradient_grows_is_no_explosion(seed: int) -> None:
-    # the usual alternating loop, both optimizers given: the generator gets almost no
-    # gradient from an untrained discriminator, then more as it learns (its first layer's
-    # norm grows ~1,000x), while the global norm stays within 20x and every loss finite.
-    # The rules read an explosion from a rate too high (0.69-0.77) and the network an
-    # explosion of unknown cause (0.80) on a GAN that covers all 8 modes; a user following
-    # the advice breaks it
+def _train_gan(seed: int, *, reset_generator: bool = True) -> tuple[ndb.Trace, _GAN]:
+    """The usual alternating GAN loop on the ring, both optimizers given, 800 steps; with
+    ``reset_generator=False`` the generator's ``zero_grad()`` is forgotten (a bug both
+    methods still read as a rate too high: docs/design-notes.md, session 30)."""
     torch.manual_seed(seed)
     g = torch.Generator().manual_seed(seed)
     model = _GAN()
@@ -2401,16 +2397,41 @@ def test_a_healthy_gan_whose_generator_gradient_grows_is_no_explosion(seed: int)
             d_loss = bce(model.D(real), ones) + bce(model.D(fake.detach()), zeros)
             d_loss.backward()
             opt_d.step()
-            opt_g.zero_grad()
+            if reset_generator:
+                opt_g.zero_grad()
             g_loss = bce(model.D(fake), ones)
             g_loss.backward()
             opt_g.step()
             dbg.step(d_loss + g_loss)
+    return dbg.trace, model
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_healthy_gan_whose_generator_gradient_grows_is_no_explosion(seed: int) -> None:
+    # the generator gets almost no gradient from an untrained discriminator, then more as it
+    # learns (its first layer's norm grows ~1,000x), while the global norm stays within 20x
+    # and every loss finite. The rules read an explosion from a rate too high (0.69-0.77)
+    # and the network an explosion of unknown cause (0.80) on a GAN that covers all 8
+    # modes; a user following the advice breaks it
+    trace, model = _train_gan(seed)
     with torch.no_grad():
-        samples = model.G(torch.randn(2000, 4, generator=g))
+        samples = model.G(torch.randn(2000, 4, generator=torch.Generator().manual_seed(99)))
     angle = torch.atan2(samples[:, 1], samples[:, 0])
     modes = torch.round(angle / (2 * math.pi / 8)).remainder(8)
     assert len(set(modes.tolist())) == 8  # it learned every mode
     for method in ("heuristic", "probabilistic"):
-        hyps = ndb.explain(dbg.trace, method=method)
+        hyps = ndb.explain(trace, method=method)
         assert not any(h.confidence >= 0.5 for h in hyps), (method, hyps[:2])
+
+
+
+@pytest.mark.xfail(strict=True, reason="opt_g.zero_grad() forgotten in a GAN: the summed "
+                   "global norm (the discriminator's reset, the generator's piling up) rises "
+                   "on 0.83-0.93 of the first steps with a power-law fit of 0.78-0.83, at "
+                   "the edge of the running-sum rule's 0.9 and 0.8; both methods say "
+                   "learning_rate_too_high (docs/design-notes.md, session 30)")
+def test_a_gan_whose_generator_gradients_are_never_reset_is_no_learning_rate() -> None:
+    trace, _ = _train_gan(0, reset_generator=False)
+    for method in ("heuristic", "probabilistic"):
+        top = ndb.explain(trace, method=method)[0]
+        assert top.root_cause == "missing_zero_grad" and top.confidence >= 0.5, (method, top)
