@@ -332,8 +332,8 @@ def output_gradient_zero(trace: Trace, min_steps: int = MIN_STEPS) -> str | None
     The last module in forward order received an output gradient of exactly 0 at
     :data:`ZERO_GRADIENT_SHARE` of the recorded steps whose loss was finite (``min_steps``
     or more), while that loss was not 0: an operation between the model and the loss passes
-    no gradient there (``clamp`` or ``round`` on saturated outputs, an ``argmax`` or a
-    comparison), and no knob changes that. Units that died inside the network leave the
+    no gradient there (``clamp`` on outputs that saturated, ``round``, ``sign``), and no
+    knob changes that. Units that died inside the network leave the
     output's own gradient alone, so they are not this.
     """
     mods, stats, steps = trace.modules, trace.stats, trace.steps
@@ -358,8 +358,8 @@ def output_gradient_zero(trace: Trace, min_steps: int = MIN_STEPS) -> str | None
     return (f"the loss passed no gradient to the model's output ({last}) at {zero.sum()} of "
             f"{len(rows)} recorded steps, from step {first}, while it stayed near "
             f"{float(np.median(loss[zero])):.3g}: something between the model and the loss "
-            "passes none (a clamp or round on outputs that saturated, an argmax or a "
-            "comparison); no learning rate fixes that. Feed the loss the raw outputs, or "
+            "passes none (a clamp on outputs that saturated, a round or a sign); no "
+            "learning rate fixes that. Feed the loss the raw outputs, or "
             "use the loss that takes them (BCEWithLogitsLoss for logits)")
 
 
