@@ -42,7 +42,7 @@ import numpy as np
 import pandas as pd
 
 from neuraldbg.records import Hypothesis
-from neuraldbg.sufficiency import MIN_STEPS, hedge
+from neuraldbg.sufficiency import MIN_STEPS, hedge, output_module
 from neuraldbg.thresholds import ThresholdConfig
 from neuraldbg.trace import Trace
 from neuraldbg.trace_memo import memoized
@@ -329,21 +329,17 @@ def narrow_layer(trace: Trace) -> str | None:
 def output_gradient_zero(trace: Trace, min_steps: int = MIN_STEPS) -> str | None:
     """What to check when the loss passed no gradient to the model's output, or ``None``.
 
-    The last module in forward order received an output gradient of exactly 0 at
+    The network's output module (:func:`neuraldbg.sufficiency.output_module`, the last the
+    forward called) received an output gradient of exactly 0 at
     :data:`ZERO_GRADIENT_SHARE` of the recorded steps whose loss was finite (``min_steps``
     or more), while that loss was not 0: an operation between the model and the loss passes
     no gradient there (``clamp`` on outputs that saturated, ``round``, ``sign``), and no
     knob changes that. Units that died inside the network leave the
     output's own gradient alone, so they are not this.
     """
-    mods, stats, steps = trace.modules, trace.stats, trace.steps
-    if not len(mods) or "out_grad_norm" not in stats or "loss" not in steps \
-            or "forward_order" not in mods:
+    stats, steps, last = trace.stats, trace.steps, output_module(trace)
+    if last is None or "out_grad_norm" not in stats or "loss" not in steps:
         return None
-    called = mods[mods["forward_order"] >= 0]
-    if not len(called):
-        return None
-    last = str(called.sort_values("forward_order")["module_name"].iloc[-1])
     rows = stats[stats["module_name"] == last][["step", "out_grad_norm"]]
     rows = rows.merge(steps[["step", "loss"]], on="step")
     rows = rows[np.isfinite(rows["loss"].to_numpy(dtype=float))
