@@ -45,8 +45,10 @@ from neuraldbg.hypotheses import (
 from neuraldbg.knobs import validate_knobs
 from neuraldbg.outside_vocabulary import (
     cause_outside_vocabulary,
+    claim_unbounded_loss,
     claim_unknown,
     frozen_weights,
+    loss_unbounded_below,
     name_cause_unknown,
 )
 from neuraldbg.ranks import combine_ranks
@@ -444,6 +446,9 @@ def explain(trace: Trace | str | os.PathLike[str], method: str | DiagnosisMethod
         ``eval()`` mode) is named with ``root_cause="unknown"`` and that hint, and so is a
         too-low rate claimed under a gradient norm a clip pinned at every step, and a
         failure on weights that collapsed toward zero (a weight decay far too strong). A
+        loss that fell through zero faster the further it went (no lower bound: a BCE given
+        real-valued targets) is a ``loss_divergence`` with ``root_cause="unknown"`` and a
+        hint, whatever the method said. A
         training plateau is kept below 0.5 (``metadata["thin_evidence"]`` says why) on a
         run too short to stall, a loss still falling, a GAN's players, and, when no cause
         explains it, a loss that fell by more than a stall allows and settled (its task's
@@ -458,9 +463,12 @@ def explain(trace: Trace | str | os.PathLike[str], method: str | DiagnosisMethod
     """
     usable = usable_trace(_as_trace(trace))
     hypotheses = list(get_method(method).explain(usable))
-    reason = thin_evidence(usable) or learned_the_training_data(usable)
+    reason = _no_verdict(usable)
     if reason:
         return hedge(hypotheses, reason)
+    unbounded = claim_unbounded_loss(hypotheses, usable)
+    if unbounded is not None:
+        return unbounded
     frozen = frozen_weights(usable)
     if frozen:
         return claim_unknown(hypotheses, frozen, usable)
@@ -479,6 +487,15 @@ def explain(trace: Trace | str | os.PathLike[str], method: str | DiagnosisMethod
             if why:
                 hypotheses = hedge_failure(hypotheses, failure, why)
     return hypotheses
+
+
+def _no_verdict(usable: Trace) -> str | None:
+    """Why the trace supports no verdict: thin evidence, or a loss at the bottom.
+
+    Not a loss that fell through zero without a floor: that is a failure.
+    """
+    return thin_evidence(usable) or (None if loss_unbounded_below(usable)
+                                     else learned_the_training_data(usable))
 
 
 def _with_nonfinite_check(usable: Trace, hypotheses: list[Hypothesis]) -> list[Hypothesis]:
@@ -624,8 +641,9 @@ def what_if(trace: Trace | str | os.PathLike[str],
     reading = _factual_reading(answer)
     unclaimable = (_unclaimable_plateau(usable, lambda: list(engine.explain(usable)))
                    if reading == "training_plateau" else None)
-    said = {"thin_evidence": thin_evidence(usable) or learned_the_training_data(usable),
-            "outside_vocabulary": frozen_weights(usable) or cause_outside_vocabulary(usable, []),
+    said = {"thin_evidence": _no_verdict(usable),
+            "outside_vocabulary": (loss_unbounded_below(usable) or frozen_weights(usable)
+                                   or cause_outside_vocabulary(usable, [])),
             "plateau_unclaimable": unclaimable,
             "saturation_unclaimable": (confident_output(usable)
                                        if reading == "saturated_activations" else None)}

@@ -27,7 +27,11 @@ model too small for the task, not bad data or a bias), and a failure claimed und
 that zeroes most of the units (:func:`heavy_dropout`: ``nn.Dropout(p=0.9)``, TensorFlow's
 ``keep_prob`` read the other way round), which no learning rate fixes, and a failure
 claimed while the loss passed exactly no gradient to the model's output
-(:func:`output_gradient_zero`: a clamp on outputs that saturated).
+(:func:`output_gradient_zero`: a clamp on outputs that saturated). A loss that fell through
+zero faster the further it went (:func:`loss_unbounded_below`: ``BCEWithLogitsLoss`` on
+real-valued targets) is a failure whether or not a method claims one: every method's verdict
+becomes a ``loss_divergence`` with cause ``unknown`` and the hint
+(:func:`claim_unbounded_loss`).
 
 These are facts of the trace, not any method's opinion, so :func:`neuraldbg.explain` applies
 them to every method's answer.
@@ -54,7 +58,8 @@ __all__ = ["FROZEN_CONFIDENCE", "NO_GRADIENT_HINT", "NO_STEP_HINT", "OTHER_PARAM
            "batchnorm_not_normalising", "batchnorm_hint", "name_cause_unknown",
            "parameters_outside_optimizer", "frozen_layers_upstream", "HEAVY_DROPOUT",
            "heavy_dropout", "NARROW_UNITS", "narrow_layer", "ZERO_GRADIENT_SHARE",
-           "output_gradient_zero", "cause_outside_vocabulary"]
+           "output_gradient_zero", "cause_outside_vocabulary", "UNBOUNDED_FALL",
+           "UNBOUNDED_MIN_STEPS", "loss_unbounded_below", "claim_unbounded_loss"]
 
 #: Confidence of the stall claimed for a model whose weights never moved over at least
 #: :data:`MIN_STEPS` steps. Not 1: the parameter norm is a float32 sum, and updates below its
@@ -100,6 +105,15 @@ HEAVY_DROPOUT = 0.8
 #: convolution has a single channel stalls near chance (2.5 -> 2.3), and both methods named
 #: the data (0.84-0.97) where the same data and loop reach 99% with 16 channels.
 NARROW_UNITS = 2
+#: The last quarter of a loss with no lower bound fell by this share of the level it fell
+#: from or more (:func:`loss_unbounded_below`). Of 1,215 runs (the zoo's and three new-user
+#: probes'), six ended below zero: ``BCEWithLogitsLoss`` on standardised real-valued targets
+#: (0.64-0.75 -> -186 to -208, quarters falling by 5-7, 32-36 and 99-114) and a Gaussian
+#: likelihood with a learned variance (0.4-0.6 -> -0.6 to -0.75, quarters falling by
+#: 0.36-0.45, 0.19-0.24 and 0.12-0.17: slowing).
+UNBOUNDED_FALL = 0.1
+#: Fewest finite losses :func:`loss_unbounded_below` reads: four quarters of five steps.
+UNBOUNDED_MIN_STEPS = 4 * MIN_STEPS
 #: What :func:`frozen_weights` tells the user when no gradient reached any optimizer step.
 NO_GRADIENT_HINT = ("the weights never moved and no gradient was there when the optimizer "
                     "stepped, at any step: is loss.backward() called, and before "
@@ -150,27 +164,102 @@ def frozen_weights(trace: Trace, min_steps: int = MIN_STEPS) -> str | None:
     return None
 
 
-def claim_unknown(hypotheses: list[Hypothesis], reason: str, trace: Trace
-                  ) -> list[Hypothesis]:
-    """The stall of a model that never moved, claimed with cause ``unknown``.
+def claim_unknown(hypotheses: list[Hypothesis], reason: str, trace: Trace, *,
+                  failure_type: str = "training_plateau",
+                  origin: tuple[str, int] | None = None) -> list[Hypothesis]:
+    """A failure the trace shows, claimed with cause ``unknown``.
 
-    The method's strongest ``training_plateau`` hypothesis (or, when it gave none, a new one
-    from the trace's first module and step) becomes the top one with ``root_cause="unknown"``,
-    at :data:`FROZEN_CONFIDENCE` or the method's top confidence when higher, and
+    By default the stall of a model that never moved.
+
+    Without ``origin``, the method's strongest hypothesis of ``failure_type`` (or, when it
+    gave none, a new one from the trace's first module and step) becomes the top one with
+    ``root_cause="unknown"``; with ``origin`` (layer, step), a new one from there. It gets
+    :data:`FROZEN_CONFIDENCE` or the method's top confidence when higher, and
     ``metadata["hint"] = reason``. Every other hypothesis is hedged below 0.5
     (:func:`hedge`), so no knob is claimed.
     """
     ranked = sorted(hypotheses, key=lambda h: -h.confidence)
-    stall = next((h for h in ranked if h.failure_type == "training_plateau"), None)
+    failure = (next((h for h in ranked if h.failure_type == failure_type), None)
+               if origin is None else None)
     confidence = max([FROZEN_CONFIDENCE] + [h.confidence for h in ranked[:1]])
-    if stall is None:
-        first = next(iter(trace.module_names), "")
-        stall = Hypothesis(failure_type="training_plateau", root_cause="unknown",
-                           origin_layer=str(first), origin_step=int(trace.steps["step"].min()),
-                           confidence=confidence)
-    claim = dataclasses.replace(stall, root_cause="unknown", confidence=confidence,
-                                metadata={**stall.metadata, "hint": reason})
-    return [claim] + hedge([h for h in ranked if h is not stall], reason)
+    if failure is None:
+        layer, step = origin or (str(next(iter(trace.module_names), "")),
+                                 int(trace.steps["step"].min()))
+        failure = Hypothesis(failure_type=failure_type, root_cause="unknown",
+                             origin_layer=layer, origin_step=step, confidence=confidence)
+    claim = dataclasses.replace(failure, root_cause="unknown", confidence=confidence,
+                                metadata={**failure.metadata, "hint": reason})
+    return [claim] + hedge([h for h in ranked if h is not failure], reason)
+
+
+def _finite_losses(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
+    """``(steps, losses)`` of the steps whose loss is finite, as the run recorded them.
+
+    A usable trace's loss is measured from a floor
+    (:func:`neuraldbg.sufficiency.loss_above_floor`); it is added back.
+    """
+    if "loss" not in trace.steps:
+        return np.zeros(0, dtype=int), np.zeros(0)
+    loss = trace.steps["loss"].to_numpy(dtype=float) + float(trace.meta.get("loss_floor", 0.0))
+    keep = np.isfinite(loss)
+    return trace.steps["step"].to_numpy()[keep], loss[keep]
+
+
+def loss_unbounded_below(trace: Trace) -> str | None:
+    """What to check when the loss fell through zero without a lower bound, or ``None``.
+
+    A loss with a floor (a cross-entropy, a squared error, the negative log-likelihood of a
+    density that settles) slows as it nears it; one that fits no target (``BCEWithLogitsLoss``
+    on a target above 1: the loss falls linearly in the logit) falls faster the further it
+    goes. So, over at least :data:`UNBOUNDED_MIN_STEPS` finite losses split into quarters
+    (medians):
+
+    - the run ends below zero (the median of its last tenth) by the magnitude of its first
+      steps (median of five) or more, and by three times the loss's step-to-step noise over
+      the last quarter (median absolute difference);
+    - the last quarter fell more than each quarter before it, and by
+      :data:`UNBOUNDED_FALL` of the level it fell from or more.
+
+    No knob in the vocabulary causes that.
+    """
+    _, loss = _finite_losses(trace)
+    n = len(loss)
+    if n < UNBOUNDED_MIN_STEPS:
+        return None
+    start = float(np.median(loss[:MIN_STEPS]))
+    end = float(np.median(loss[-max(n // 10, 3):]))
+    q = n // 4
+    quarters = [float(np.median(loss[i * q:(i + 1) * q if i < 3 else n])) for i in range(4)]
+    falls = -np.diff(quarters)
+    noise = float(np.median(np.abs(np.diff(loss[3 * q:]))))
+    if not (end < 0 and -end >= max(abs(start), 3.0 * noise)
+            and falls[2] > max(falls[0], falls[1]) and falls[2] >= UNBOUNDED_FALL * abs(
+                quarters[2])):
+        return None
+    return (f"the loss fell from {start:.3g} to {end:.3g}, faster the further it went: a loss "
+            "with no lower bound, which a loss that fits its targets does not do. Check the "
+            "loss against its targets: BCELoss or BCEWithLogitsLoss given targets outside "
+            "[0, 1] (a regression target), NLLLoss on values that are not log-probabilities, "
+            "a likelihood whose variance may shrink to zero, or a term subtracted without a "
+            "bound")
+
+
+def claim_unbounded_loss(hypotheses: list[Hypothesis], trace: Trace
+                         ) -> list[Hypothesis] | None:
+    """The run's ``loss_divergence`` with cause ``unknown``, or ``None``.
+
+    When :func:`loss_unbounded_below` says the loss had no lower bound: from the network's
+    output module (:func:`neuraldbg.sufficiency.output_module`), whose outputs grow to drive
+    it, at the first step the loss went below zero.
+    """
+    hint = loss_unbounded_below(trace)
+    if hint is None:
+        return None
+    steps, loss = _finite_losses(trace)
+    onset = int(steps[int(np.argmax(loss < 0))])
+    layer = output_module(trace) or str(next(iter(trace.module_names), ""))
+    return claim_unknown(hypotheses, hint, trace, failure_type="loss_divergence",
+                         origin=(layer, onset))
 
 
 def gradient_norm_pinned(trace: Trace) -> str | None:

@@ -2435,3 +2435,54 @@ def test_a_gan_whose_generator_gradients_are_never_reset_is_no_learning_rate() -
     for method in ("heuristic", "probabilistic"):
         top = ndb.explain(trace, method=method)[0]
         assert top.root_cause == "missing_zero_grad" and top.confidence >= 0.5, (method, top)
+
+
+class _GaussianHead(nn.Module):
+    """An MLP that predicts a mean and a variance (softplus) for ``GaussianNLLLoss``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(10, 64), nn.ReLU(), nn.Linear(64, 2))
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        out = self.body(x)
+        return out[:, :1], F.softplus(out[:, 1:]) + 1e-6
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_loss_that_runs_to_minus_infinity_is_a_failure_named_unknown(seed: int) -> None:
+    # BCEWithLogitsLoss on standardised real-valued targets (a regression loss picked from
+    # the wrong line): for a target above 1 the loss falls without bound as the logit grows,
+    # to -200 within 300 steps while the fit gets worse. A new user's probe found both
+    # methods silent (0.30-0.42 / 0.06): a falling loss read as learning.
+    x, y = _regression(seed)
+    torch.manual_seed(seed)
+    model = nn.Sequential(nn.Linear(10, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(),
+                          nn.Linear(64, 1))
+    trace = _train(model, torch.optim.Adam(model.parameters(), lr=1e-2),
+                   F.binary_cross_entropy_with_logits, y, inputs=x, steps=300)
+    assert trace.steps["loss"].iloc[-10:].median() < -10  # the run as the probe saw it
+    _assert_claimed_as_unknown(trace, "no lower bound")
+    for method in ("heuristic", "probabilistic"):
+        top = ndb.explain(trace, method=method)[0]
+        assert top.failure_type == "loss_divergence" and top.origin_layer == "4", (method, top)
+        assert ndb.what_if(trace, method="probabilistic").metadata[
+            "outside_vocabulary"].startswith(top.metadata["hint"][:40])
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_gaussian_likelihood_that_goes_below_zero_and_settles_is_healthy(seed: int) -> None:
+    # GaussianNLLLoss with a learned variance: the loss of a good fit is negative (the
+    # density exceeds 1) and settles there; nothing failed.
+    x, y = _regression(seed)
+    torch.manual_seed(seed)
+    model = _GaussianHead()
+
+    def nll(out: tuple[torch.Tensor, torch.Tensor], target: torch.Tensor) -> torch.Tensor:
+        return F.gaussian_nll_loss(out[0], target, out[1])
+
+    trace = _train(model, torch.optim.Adam(model.parameters(), lr=3e-3), nll, y * 0.3,
+                   inputs=x, steps=300)
+    assert trace.steps["loss"].iloc[-20:].median() < 0  # the likelihood went below zero
+    for method in ("heuristic", "probabilistic"):
+        assert all(h.confidence < 0.5 for h in ndb.explain(trace, method=method)), method
