@@ -267,7 +267,8 @@ def _shared(from_start: bool, facts: RunFacts, cfg: ThresholdConfig, w: CauseWei
         targets=bugs.targets,
         mismatch=max(_output_type_support(facts, cfg), bugs.floor),
         lr_high=lr_high, cold_start=cold_start, first_step=first_step * (1.0 - small_weights),
-        ev_lr={"update_ratio": ur, "threshold": cfg.update_ratio_high, "lr": facts.lr,
+        ev_lr={**({"hint": summed} if (summed := summed_loss_hint(facts)) else {}),
+               "update_ratio": ur, "threshold": cfg.update_ratio_high, "lr": facts.lr,
                "start_grad_ratio": facts.start_grad_ratio,
                "start_update_ratio": facts.start_update_ratio,
                "lr_jump_before_onset": jump, "present_from_first_step": from_start},
@@ -375,6 +376,21 @@ def nonfinite_check(facts: RunFacts) -> str | None:
                 "learning rate; record every step (every=1) or check the batches "
                 f"({_BATCH_ASSERT})")
     return None
+
+
+def summed_loss_hint(facts: RunFacts) -> str | None:
+    """What to change when the loss is summed over its batch (else None).
+
+    :attr:`~neuraldbg.run_facts.RunFacts.loss_summed_rows`: a ``reduction="sum"`` loss
+    makes every SGD step the rows times the mean loss's, so the rate was in effect that many
+    times larger. The hint of a rate too high, from any method (:func:`neuraldbg.explain`).
+    """
+    rows = facts.loss_summed_rows
+    if rows <= 1:
+        return None
+    return (f"the loss is summed over the batch's {rows} rows (reduction='sum'), not "
+            f"averaged, so each step is {rows} times the one the learning rate was set for: "
+            f"use reduction='mean', or a rate {rows} times smaller")
 
 
 def _lr_after_start(s: _Shared) -> float:

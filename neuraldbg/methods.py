@@ -31,7 +31,7 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 import networkx as nx
 import numpy as np
 
-from neuraldbg.causes import nonfinite_check
+from neuraldbg.causes import nonfinite_check, summed_loss_hint
 from neuraldbg.compressor import Compression, CoupledFailure, compress
 from neuraldbg.errors import MissingDependencyError
 from neuraldbg.events import LossDynamics, extract_events, loss_dynamics
@@ -475,7 +475,7 @@ def explain(trace: Trace | str | os.PathLike[str], method: str | DiagnosisMethod
     hint = cause_outside_vocabulary(usable, hypotheses)
     if hint:
         hypotheses = name_cause_unknown(hypotheses, hint)
-    hypotheses = _with_nonfinite_check(usable, hypotheses)
+    hypotheses = _with_fact_hint(usable, hypotheses)
     if _plateau_claim(hypotheses) is not None:
         why = _unclaimable_plateau(usable, lambda: hypotheses)
         if why:
@@ -498,18 +498,22 @@ def _no_verdict(usable: Trace) -> str | None:
                                      else learned_the_training_data(usable))
 
 
-def _with_nonfinite_check(usable: Trace, hypotheses: list[Hypothesis]) -> list[Hypothesis]:
-    """The claimed ``data_problem`` or ``unknown`` verdict with what to check, if it has none.
+def _with_fact_hint(usable: Trace, hypotheses: list[Hypothesis]) -> list[Hypothesis]:
+    """The claimed verdict with what to check or change, if it has no hint.
 
-    A method that names no hint itself (the network) gets the one the trace's non-finite
-    facts give (:func:`neuraldbg.causes.nonfinite_check`): which batch, target or module to
-    check, at which step.
+    A method that names no hint itself (the network) gets the one the trace's facts give:
+    for ``data_problem`` or ``unknown``, the non-finite facts'
+    (:func:`neuraldbg.causes.nonfinite_check`: which batch, target or module to check, at
+    which step); for a rate too high, a loss summed over its batch
+    (:func:`neuraldbg.causes.summed_loss_hint`).
     """
     top = max(hypotheses, key=lambda h: h.confidence, default=None)
     if (top is None or top.confidence < 0.5 or top.metadata.get("hint")
-            or top.root_cause not in ("data_problem", "unknown")):
+            or top.root_cause not in ("data_problem", "unknown", "learning_rate_too_high")):
         return hypotheses
-    check = nonfinite_check(heuristic_diagnosis(usable).facts)
+    facts = heuristic_diagnosis(usable).facts
+    check = (summed_loss_hint(facts) if top.root_cause == "learning_rate_too_high"
+             else nonfinite_check(facts))
     if not check:
         return hypotheses
     return [dataclasses.replace(h, metadata={**h.metadata, "hint": check}) if h is top else h

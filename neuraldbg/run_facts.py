@@ -135,7 +135,15 @@ class RunFacts:
     start_grad_ratio : float
         Global gradient norm / parameter norm at the first step of the run, before any
         update (NaN when either is not finite): how large the gradients start against the
-        weights, which the init, the inputs and the loss set, not the learning rate.
+        weights, which the init, the inputs and the loss set, not the learning rate. For a
+        loss summed over its batch (``loss_summed_rows``), that of the mean loss: the sum's
+        gradient is the rows times it, which a learning rate that many times smaller undoes.
+    loss_summed_rows : int
+        ``rows`` when the loss is a cross-entropy summed over the batch's rows rather than
+        averaged (``reduction="sum"``), else 1: the first loss is ``rows`` times the ``ln K``
+        a K-class classifier starts near (within a factor of 2), and the gradient of the
+        logits is ``rows`` times the mean loss's (:data:`SUMMED_POWER_TOLERANCE`). Under
+        SGD every step is then ``rows`` times the one the rate was meant for.
     start_update_ratio : float
         Update norm / parameter norm across the run's first step (NaN when not measured).
         Under Adam and its kin the first step moves every weight by about the learning
@@ -184,7 +192,8 @@ class RunFacts:
         began (mean of the first three steps).
     loss_scale_ratio : float
         First finite loss / (rms of the last module's output at the first recorded step^2
-        + 1): how far the loss starts above the output scale.
+        + 1): how far the loss starts above the output scale (the mean loss's, for a loss
+        summed over its batch: ``loss_summed_rows``).
     output_type : str
         What the loss receives: ``"Softmax"`` when the model's output rows were
         probabilities (also from a function in ``forward``:
@@ -322,6 +331,7 @@ class RunFacts:
     loss_improved: bool = True
     loss_scale_ratio: float = math.nan
     start_grad_ratio: float = math.nan
+    loss_summed_rows: int = 1
     start_update_ratio: float = math.nan
     weight_scale: float = math.nan
     step_scales_with_gradient: bool = True
@@ -409,6 +419,8 @@ def gather_facts(trace: Trace, states: StateTable, dyn: LossDynamics,
     output_type = function[0] if function else (types[last] if types else "")
     clip = _grad_clip(cfg_run)
     bn_factor, bn_step = batchnorm_off(trace)
+    summed = _loss_summed_rows(trace, _logits_module(names, types, last))
+    scales = scales._replace(loss_scale_ratio=scales.loss_scale_ratio / summed)
     return RunFacts(
         update_ratio=dyn.update_ratio, total_update=dyn.total_update,
         lr=_learning_rate(trace, cfg_run), lr_jump_steps=dyn.lr_jump_steps,
@@ -423,7 +435,7 @@ def gather_facts(trace: Trace, states: StateTable, dyn: LossDynamics,
         grad_resets=_grad_resets(trace, states.config.grad_reset_fall),
         grad_kept=_grad_kept(trace),
         loss_improved=_loss_improved(trace, win), output_type=output_type,
-        start_grad_ratio=_first_ratio(trace, "grad_norm"),
+        start_grad_ratio=_first_ratio(trace, "grad_norm") / summed, loss_summed_rows=summed,
         start_update_ratio=_first_ratio(trace, "update_norm"), weight_scale=_weight_scale(trace),
         step_scales_with_gradient=_step_scales_with_gradient(trace),
         output_dead=_output_dead(states, last),
@@ -694,6 +706,31 @@ def _logits_module(names: list[str], types: list[str], last: int) -> str:
 #: one that reads their log (:attr:`RunFacts.output_grad_power`): 2 and 3 are within the
 #: spread of a batch's labels.
 _GRAD_POWER_MIN_CLASSES = 4
+
+
+#: Fewest rows a batch holds for :attr:`RunFacts.loss_summed_rows` to tell a summed loss.
+SUMMED_MIN_ROWS = 8
+#: How far (as a power of the rows) the logits' first gradient may sit from ``rows`` times
+#: the mean cross-entropy's for :attr:`RunFacts.loss_summed_rows`: 1 for a sum, 0 for a mean.
+SUMMED_POWER_TOLERANCE = 0.25
+
+
+def _loss_summed_rows(trace: Trace, logits_module: str) -> int:
+    """:attr:`RunFacts.loss_summed_rows` (see there)."""
+    rec = trace.meta.get("model_output") or {}
+    k, rows = rec.get("width"), output_rows(trace.meta)
+    steps, stats = trace.steps, trace.stats
+    if not (isinstance(k, int) and k >= 2 and rows >= SUMMED_MIN_ROWS and logits_module
+            and len(steps) and "loss" in steps and "out_grad_norm" in stats):
+        return 1
+    first = steps["step"].iloc[0]
+    per_row = float(steps["loss"].iloc[0]) / rows / math.log(k)
+    grad = stats.loc[(stats["module_name"] == logits_module) & (stats["step"] == first),
+                     "out_grad_norm"].to_numpy(float)
+    if not (0.5 <= per_row <= 2.0 and len(grad) and math.isfinite(grad[0]) and grad[0] > 0):
+        return 1
+    power = math.log(grad[0] / math.sqrt((1.0 - 1.0 / k) / rows)) / math.log(rows)
+    return rows if abs(power - 1.0) <= SUMMED_POWER_TOLERANCE else 1
 
 
 def _output_grad_power(trace: Trace, k: int, logits_module: str) -> float:

@@ -2486,3 +2486,37 @@ def test_a_gaussian_likelihood_that_goes_below_zero_and_settles_is_healthy(seed:
     assert trace.steps["loss"].iloc[-20:].median() < 0  # the likelihood went below zero
     for method in ("heuristic", "probabilistic"):
         assert all(h.confidence < 0.5 for h in ndb.explain(trace, method=method)), method
+
+
+def _summed_ce(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    return F.cross_entropy(logits, labels, reduction="sum")
+
+
+def test_a_loss_summed_over_the_batch_is_a_rate_too_high_with_the_reduction_named() -> None:
+    # CrossEntropyLoss(reduction="sum") over batches of 256 under SGD with momentum at a rate
+    # meant for the mean: each step is 256 times too large; the loss jumps 1e5-fold in four
+    # steps and stays above its start (a helper's MLP went NaN by step 5).
+    # The network named init_scale_too_large (0.94: the gradient dwarfs the weights before
+    # the first update, as a too-large init makes it) and the rules a tie with targets off
+    # scale (the first loss is 256 x ln 10); what_if(lr_scale=1/256) said it would still
+    # fail, where the re-run trains
+    def run(loss_fn, lr: float, opt=torch.optim.SGD) -> ndb.Trace:
+        model = _mlp()
+        kwargs = {"momentum": 0.9} if opt is torch.optim.SGD else {}
+        return _train(model, opt(model.parameters(), lr=lr, **kwargs), loss_fn, Y,
+                      batch=256, steps=120)
+
+    trace = run(_summed_ce, 0.1)
+    assert trace.steps["loss"].iloc[-10:].median() > trace.steps["loss"].iloc[0]
+    for method in ("heuristic", "probabilistic"):
+        top = ndb.explain(trace, method=method)[0]
+        assert top.root_cause == "learning_rate_too_high" and top.confidence >= 0.5, (method, top)
+        assert "reduction='sum'" in top.metadata["hint"] and "256" in top.metadata["hint"]
+    assert ndb.what_if(trace, lr_scale=1 / 256).p_failure < 0.5
+    slower = run(_summed_ce, 0.1 / 256).steps["loss"]  # the re-run the answer stands for
+    assert slower.iloc[-10:].median() < 0.2 * slower.iloc[0]
+    # Adam divides by the gradient's own scale: the same sum trains, and nothing is claimed
+    adam = run(_summed_ce, 1e-3, torch.optim.Adam)
+    assert adam.steps["loss"].iloc[-10:].median() < 0.2 * adam.steps["loss"].iloc[0]
+    for method in ("heuristic", "probabilistic"):
+        assert all(h.confidence < 0.5 for h in ndb.explain(adam, method=method)), method
