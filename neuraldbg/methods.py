@@ -54,7 +54,7 @@ from neuraldbg.outside_vocabulary import (
 from neuraldbg.ranks import combine_ranks
 from neuraldbg.records import FAILURE_TYPES, HEALTHY, Event, Hypothesis
 from neuraldbg.registry_base import Registry
-from neuraldbg.run_facts import RunFacts, gather_facts
+from neuraldbg.run_facts import SOFTMAX_OUTPUTS, RunFacts, gather_facts
 from neuraldbg.states import StateTable, classify_states
 from neuraldbg.sufficiency import (
     adversarial_growth,
@@ -536,7 +536,8 @@ def _unclaimable_plateau(usable: Trace, hypotheses: Callable[[], list[Hypothesis
     """Why a training plateau may not be claimed on this run, or ``None``.
 
     :func:`neuraldbg.sufficiency.plateau_unclaimable`; for a plateau of unknown cause, or
-    of a loss-output mismatch in a network that does not end in a sigmoid or softmax module
+    of a loss-output mismatch in a network that does not end in a sigmoid or softmax (a module,
+    a function in ``forward``, or one the loss line applies: the facts' ``output_type``)
     (a binary task at its label-noise floor was named ``loss_output_mismatch`` at 0.50 by the
     causal model), a loss that fell further than a stall allows
     (:func:`neuraldbg.sufficiency.improved_past_a_stall`); and for a plateau whose cause does
@@ -555,7 +556,10 @@ def _unclaimable_plateau(usable: Trace, hypotheses: Callable[[], list[Hypothesis
     if claim is None:
         return None
     # a loss-output mismatch explains a floor only where an output squashes before the loss
-    unsupported = claim.root_cause == "loss_output_mismatch" and not squashing_output(usable)
+    # (in the model, or in the loss line: the facts read its softmax off the gradient)
+    unsupported = claim.root_cause == "loss_output_mismatch" and not (
+        squashing_output(usable)
+        or heuristic_diagnosis(usable).facts.output_type in SOFTMAX_OUTPUTS)
     if floor is not None and (claim.root_cause == "unknown" or unsupported):
         return floor
     explained = claim.root_cause in FLOOR_CAUSES and not unsupported

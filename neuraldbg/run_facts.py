@@ -197,8 +197,10 @@ class RunFacts:
     output_type : str
         What the loss receives: ``"Softmax"`` when the model's output rows were
         probabilities (also from a function in ``forward``:
-        :func:`neuraldbg.model_output.output_function`), else the module type of the last
-        module in forward order.
+        :func:`neuraldbg.model_output.output_function`), or when the loss line applies a
+        softmax to the logits the model returns (:func:`_softmax_in_the_loss`, read off
+        the logits' first gradient), else the module type of the last module in forward
+        order.
     output_dead : float
         When that last module is a rectifier (a ReLU on the logits), the largest share of its
         units dead at a recorded step; NaN otherwise.
@@ -413,9 +415,10 @@ def gather_facts(trace: Trace, states: StateTable, dyn: LossDynamics,
     scales = _first_step_scales(trace, states, weight, rows, win)
     # what the loss receives: a softmax or sigmoid the forward applies after its last
     # module (F.softmax(self.fc(x))) counts as that module would
-    function = output_function(trace.meta)
     out = output_module(trace)
     last = names.index(out) if out in names else len(names) - 1  # (-1 without modules)
+    function = output_function(trace.meta) or _softmax_in_the_loss(
+        trace, _logits_module(names, types, last) if types else "")
     output_type = function[0] if function else (types[last] if types else "")
     clip = _grad_clip(cfg_run)
     bn_factor, bn_step = batchnorm_off(trace)
@@ -731,6 +734,37 @@ def _loss_summed_rows(trace: Trace, logits_module: str) -> int:
         return 1
     power = math.log(grad[0] / math.sqrt((1.0 - 1.0 / k) / rows)) / math.log(rows)
     return rows if abs(power - 1.0) <= SUMMED_POWER_TOLERANCE else 1
+
+
+#: How far (as a power of K) the logits' first gradient may sit from the 1/K a softmax
+#: between them and a logits loss gives, for :func:`_softmax_in_the_loss`.
+_SOFTMAX_POWER_TOLERANCE = 0.35
+#: The first loss of a K-class cross-entropy on near-uniform outputs, as a share of ln K.
+_UNIFORM_LOSS_SHARE = (0.8, 1.25)
+
+
+def _softmax_in_the_loss(trace: Trace, logits_module: str) -> tuple[str, int] | None:
+    """``("Softmax", K)`` when a softmax stands between the model's logits and its loss.
+
+    ``loss_fn(F.softmax(model(x), dim=1), y)``: the model returns logits, so the capture
+    reads no probabilities, but the loss receives them. Its mark is the softmax's Jacobian
+    on the logits' first gradient, 1/K of what a cross-entropy on them gives
+    (:attr:`RunFacts.output_grad_power` near -1), with a first loss near ``ln K`` (a
+    cross-entropy over K classes). A K-class output of K >= 4 only; None otherwise. A
+    healthy digits MLP reads 0.0; the softmax fed to ``CrossEntropyLoss`` -1.00.
+    """
+    rec = trace.meta.get("model_output") or {}
+    k = rec.get("width")
+    steps = trace.steps
+    if not (isinstance(k, int) and k >= _GRAD_POWER_MIN_CLASSES and logits_module
+            and len(steps) and "loss" in steps):
+        return None
+    share = float(steps["loss"].iloc[0]) / math.log(k)
+    power = _output_grad_power(trace, k, logits_module)
+    low, high = _UNIFORM_LOSS_SHARE
+    if low <= share <= high and abs(power + 1.0) <= _SOFTMAX_POWER_TOLERANCE:
+        return SOFTMAX_OUTPUTS[0], k
+    return None
 
 
 def _output_grad_power(trace: Trace, k: int, logits_module: str) -> float:

@@ -2520,3 +2520,23 @@ def test_a_loss_summed_over_the_batch_is_a_rate_too_high_with_the_reduction_name
     assert adam.steps["loss"].iloc[-10:].median() < 0.2 * adam.steps["loss"].iloc[0]
     for method in ("heuristic", "probabilistic"):
         assert all(h.confidence < 0.5 for h in ndb.explain(adam, method=method)), method
+
+
+def _cross_entropy_of_softmax(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    return F.cross_entropy(F.softmax(logits, dim=1), labels)
+
+
+def test_a_softmax_the_loss_line_applies_is_read_as_the_model_s_own() -> None:
+    # loss_fn(F.softmax(model(x), dim=1), y): the model returns logits, so no module and no
+    # output the capture reads shows the probabilities, and the loss settles on the floor
+    # log(1 + 9/e) of a logits loss fed them. The network named an explosion of unknown cause
+    # (0.98) on a new user's digits MLP; the same bug written with nn.Softmax or in forward()
+    # is loss_output_mismatch. The softmax's Jacobian gives the logits 1/K of the gradient.
+    model = _mlp()
+    trace = _train(model, torch.optim.Adam(model.parameters(), lr=3e-3),
+                   _cross_entropy_of_softmax, Y, steps=300)
+    floor = math.log1p(9.0 / math.e)
+    assert trace.steps.loss.iloc[-20:].median() < floor * 1.05
+    for method in ("heuristic", "probabilistic"):
+        top = ndb.explain(trace, method=method)[0]
+        assert top.root_cause == "loss_output_mismatch" and top.confidence >= 0.5, (method, top)
