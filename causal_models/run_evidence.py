@@ -17,12 +17,18 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from neuraldbg.events import rose_after_first_update
+from neuraldbg.model_output import input_rms
+from neuraldbg.run_facts import RECURRENT_TYPES, SCHEME_GAINS
 from neuraldbg.trace import Trace
 
 if TYPE_CHECKING:
     from causal_models.bins import Bins
 
 __all__ = ["run_states", "log10_abs", "early_count", "early_median", "early_loss"]
+
+
+#: std(Wx) / rms(x) of a layer at PyTorch's default init (1 / sqrt(3)).
+DEFAULT_GAIN = SCHEME_GAINS["default"]
 
 
 def log10_abs(x: np.ndarray) -> np.ndarray:
@@ -128,7 +134,9 @@ def _forward_scale(trace: Trace) -> tuple[float, float]:
     """The forward gain and the input scale, at the first recorded step.
 
     The gain is the activation scale of the last third of the weighted layers over the first
-    third's (decades); the input scale is the first weighted layer's output scale.
+    third's (decades); the input scale is the first weighted layer's output scale, or the
+    model's input read by the capture behind a recurrent first layer (which bounds its
+    output).
     """
     stats = trace.stats
     gain, inp = float("nan"), float("nan")
@@ -141,6 +149,12 @@ def _forward_scale(trace: Trace) -> tuple[float, float]:
         if weighted:
             std = log10_abs(s0.loc[weighted, "act_std"].to_numpy(dtype=float))
             inp = float(std[0])
+            first = trace.module_names.index(weighted[0])
+            if any(str(mods.at[m, "module_type"]) in RECURRENT_TYPES
+                   for m in trace.module_names[:first + 1]):
+                # a recurrent cell bounds its output: the input the capture read instead,
+                # at the scale a layer of PyTorch's default init would put out from it
+                inp = float(log10_abs(np.array([input_rms(trace.meta) * DEFAULT_GAIN]))[0])
             n = len(weighted)
             head_n = max(1, n // 3)
             lo = std[:head_n]

@@ -367,7 +367,7 @@ class Recorder:
             return  # evaluation (an eval() model may return probabilities), or measured
         torch._C._set_grad_enabled(False)
         try:
-            self._output.add(output)
+            self._output.add(output, inputs)
         finally:
             torch._C._set_grad_enabled(True)
         if self._output.done:  # no call on the forward path from here on

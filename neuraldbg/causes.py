@@ -494,7 +494,9 @@ def _plateau_causes(cands: _Candidates, s: _Shared) -> None:
     # A rate that collapsed to ~0 before the loss stopped (a schedule stepped per batch):
     # the steps that followed were too small to learn, whatever they were before.
     low = max(low, float(s.extra.get("lr_collapse", 0.0)) * w.lr_collapse)
+    low *= 1.0 - w.plateau_inputs * s.inputs
     cands.put("loss_output_mismatch", s.mismatch, s.ev_output)
+    cands.put("unnormalized_inputs", w.plateau_inputs * s.inputs, s.ev_inputs)
     cands.put("learning_rate_too_low", low, {"update_ratio": ur,
                                              "threshold": cfg.update_ratio_low,
                                              "total_update": facts.total_update,
@@ -510,7 +512,8 @@ def _plateau_causes(cands: _Candidates, s: _Shared) -> None:
               {**s.ev_lr, "loss_rise_support": rise})
     cands.put("init_scale_too_small", w.plateau_init_small * s.init_small, s.ev_init)
     if facts.grad_clip is None and facts.recurrent:  # stalled by exploding spikes
-        cands.put("missing_gradient_clipping", w.plateau_clip * s.spikes() * s.clip_can_help(),
+        cands.put("missing_gradient_clipping", w.plateau_clip * s.spikes() * s.clip_can_help()
+                  * (1.0 - w.plateau_inputs * s.inputs),
                   {"grad_clip": None, "recurrent": True, "update_ratio": facts.update_ratio,
                    "grad_spikiness": s.extra.get("grad_spikiness")})
     _data_problem(cands, s)

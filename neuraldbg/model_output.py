@@ -13,6 +13,12 @@ kept on the device and read at the next flush. ``trace.meta["model_output"]`` ho
 The tensor read is the output itself, the ``logits`` of a mapping or an object that has them
 (Hugging Face outputs), else the first floating-point tensor of a tuple or mapping that has
 a dimension (a loss returned first is passed over).
+
+The same forwards' input is read too: the largest root mean square of the first
+floating-point tensor the forward is given (token ids are not), ``"input_rms"`` in
+``trace.meta["model_output"]`` and :func:`input_rms` to read it back. The diagnosis
+otherwise infers the input's scale from the first weighted layer's output, which a recurrent
+cell bounds (a GRU fed values in the thousands puts out +-1).
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ import torch
 
 from neuraldbg.capture_config import first_float_tensor
 
-__all__ = ["OutputMeter", "output_function", "output_rows", "MEASURED_FORWARDS",
+__all__ = ["OutputMeter", "output_function", "output_rows", "input_rms", "MEASURED_FORWARDS",
            "ROW_SUM_TOLERANCE"]
 
 #: Training forwards whose output is measured (the output's kind is the model's code, the
@@ -64,17 +70,23 @@ class OutputMeter:
         self._stats: dict[tuple[int, ...], tuple[torch.Tensor, int, int]] = {}
         self.measured = 0
         self._final: dict[str, Any] | None = None  # read once, when done
+        self._input_rms: torch.Tensor | None = None  # the largest rms of an input read
 
     @property
     def done(self) -> bool:
         """Whether enough forwards were measured."""
         return self.measured >= MEASURED_FORWARDS
 
-    def add(self, output: Any) -> None:
-        """Fold one forward's output in (call with gradients off)."""
+    def add(self, output: Any, inputs: Any = None) -> None:
+        """Fold one forward's output and input in (call with gradients off)."""
         x = _output_tensor(output)
         if x is None:
             return
+        given = first_float_tensor(inputs, with_dim=True)
+        if given is not None:
+            rms = given.detach().float().square().mean().sqrt()
+            self._input_rms = (rms if self._input_rms is None
+                               else torch.maximum(self._input_rms, rms))
         x = x.detach().float()
         if x.dim() == 1:  # a squeezed (batch,) output holds one value a row
             x = x.unsqueeze(1)
@@ -89,6 +101,8 @@ class OutputMeter:
 
     def to_dict(self) -> dict[str, Any] | None:
         """``{"width", "rows", "min", "max", "row_sum_error", "forwards"}``, or None before any.
+
+        With ``"input_rms"`` too when a forward was given a floating-point tensor.
 
         ``width`` and ``row_sum_error`` are those of the axis whose rows came closer to
         summing to 1 (the last one on a tie), ``rows`` the rows of that width in the first
@@ -106,9 +120,17 @@ class OutputMeter:
         rows = batch * math.prod(shape) // max(width, 1)
         out = {"width": width, "rows": rows, "min": -neg_min, "max": high,
                "row_sum_error": err, "forwards": count}
+        if self._input_rms is not None:
+            out["input_rms"] = float(self._input_rms)
         if self.done:  # the figures stop changing: no device read at later flushes
             self._final = out
         return out
+
+
+def input_rms(meta: Mapping[str, Any]) -> float:
+    """Largest rms of the model's input over its first measured forwards (NaN when unread)."""
+    value = (meta.get("model_output") or {}).get("input_rms")
+    return float(value) if isinstance(value, (int, float)) else math.nan
 
 
 def output_rows(meta: Mapping[str, Any]) -> int:

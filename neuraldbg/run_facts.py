@@ -39,6 +39,7 @@ from typing import Any, NamedTuple, TypedDict
 import numpy as np
 
 from neuraldbg.events import LossDynamics
+from neuraldbg.model_output import input_rms as model_input_rms
 from neuraldbg.model_output import output_function, output_rows
 from neuraldbg.outside_vocabulary import batchnorm_off, frozen_weights
 from neuraldbg.states import StateTable
@@ -46,9 +47,10 @@ from neuraldbg.sufficiency import LEARNED_LOSS, output_module
 from neuraldbg.thresholds import require_positive_fields
 from neuraldbg.trace import Trace
 
-__all__ = ["SCHEME_GAINS", "FactWindows", "RunFacts", "gather_facts"]
+__all__ = ["SCHEME_GAINS", "RECURRENT_TYPES", "FactWindows", "RunFacts", "gather_facts"]
 
-_RECURRENT = ("RNN", "GRU", "LSTM", "RNNCell", "GRUCell", "LSTMCell")
+#: Module types of recurrent cells, whose outputs a tanh bounds.
+RECURRENT_TYPES = ("RNN", "GRU", "LSTM", "RNNCell", "GRUCell", "LSTMCell")
 #: Gain std(Wx)/rms(x) each init scheme gives a layer (square layers for Xavier/orthogonal).
 SCHEME_GAINS: dict[str, float] = {
     "default": 1.0 / math.sqrt(3.0), "pytorch": 1.0 / math.sqrt(3.0),
@@ -156,7 +158,8 @@ class RunFacts:
         times the gradient's size; False for optimizers that divide by a running gradient
         scale (Adam and its kin, RMSprop, Adagrad, Adadelta).
     input_rms : float
-        Estimated rms of the network input (NaN when unknown).
+        Estimated rms of the network input (NaN when unknown): from the first weighted
+        layer's output, or, behind a recurrent first layer, the input the capture read.
     first_layer : str
         First parameterised module in forward order.
     saturating_modules : tuple of str
@@ -432,7 +435,7 @@ def gather_facts(trace: Trace, states: StateTable, dyn: LossDynamics,
                                  if f in ("sigmoid", "tanh")),
         rectifier_modules=tuple(n for n, f in zip(names, fams, strict=True) if f == "relu"),
         has_normalization=_has_normalization(fams, cfg_run),
-        recurrent=any(t in _RECURRENT for t in types),
+        recurrent=any(t in RECURRENT_TYPES for t in types),
         grad_clip=clip if clip and clip > 0 else None, n_weight_layers=int(weight.sum()),
         config=cfg_run, grad_growth=_grad_growth(trace, states.config.grad_sum_steps, win),
         grad_resets=_grad_resets(trace, states.config.grad_reset_fall),
@@ -838,7 +841,8 @@ def _first_step_scales(trace: Trace, states: StateTable, weight: np.ndarray, row
     good = [j for j in idx if ok[j]]
     depth_gain = float(rms[good[-1]] / rms[good[0]]) if len(good) >= 2 else float("nan")
     return _Scales(init_gain=init_gain, n_gain_pairs=len(gains),
-                   input_rms=_input_rms(states, idx, ok, rms, std, init_gain),
+                   input_rms=_input_rms(states, idx, ok, rms, std, init_gain,
+                                        model_input_rms(trace.meta)),
                    depth_gain=depth_gain, loss_scale_ratio=_loss_scale_ratio(trace, rms, win))
 
 
@@ -852,10 +856,18 @@ def _fan_out(trace: Trace, states: StateTable) -> np.ndarray:
 
 
 def _input_rms(states: StateTable, idx: np.ndarray, ok: np.ndarray, rms: np.ndarray,
-               std: np.ndarray, init_gain: float) -> float:
-    """Estimated rms of the network input, from the first weight layer ``idx[0]``."""
+               std: np.ndarray, init_gain: float, given: float) -> float:
+    """Estimated rms of the network input, from the first weight layer ``idx[0]``.
+
+    A recurrent layer first (a weighted one, or one the weight types leave out) bounds its
+    output (a GRU fed values in the thousands puts out +-1), which then says nothing of the
+    input: its input is the one the capture read, ``given``
+    (:func:`neuraldbg.model_output.input_rms`; NaN when unread).
+    """
     if not len(idx):
         return float("nan")
+    if any(t in RECURRENT_TYPES for t in states.module_types[:int(idx[0]) + 1]):
+        return given
     fams = states.families
     j0 = int(idx[0])
     if j0 == 1 and ok[0] and fams[0] == "other":
