@@ -237,13 +237,15 @@ class CauseWeights:
     plateau_clip : float, default=0.8
         ``missing_gradient_clipping`` for a recurrent net that stalls = this x the spike
         support: spikes that keep knocking it back.
-    plateau_inputs : float, default=0.9
-        ``unnormalized_inputs`` for a stall = this x the input-scale support: inputs in the
-        thousands saturate a recurrent cell's gates from the first step, and its output and
-        gradient stop moving. The same support takes its share from the evidence for a rate
-        too low and for a missing clip (the stall's small updates and its first steps'
-        spikes are the saturation's), as a softmax output's does
-        (``mismatch_lr_discount``).
+    recurrent_inputs : float, default=0.9
+        ``unnormalized_inputs`` for a stall of a recurrent net = this x the input-scale
+        support: inputs in the thousands saturate a recurrent cell's gates from the first
+        step, and its output and gradient stop moving. The same support takes its share from
+        the evidence for a rate too low and for a missing clip, in a stall or a blow-up (the
+        small updates and the first steps' spike are the saturation's). Not for a
+        feed-forward net: an MLP whose inputs a noise augmentation 30 times too strong left
+        at rms 10 stalls on the noise, which no rescaling fixes (a new user's probe; the
+        claim was wrong there).
     data_problem : float, default=0.75
         ``data_problem`` = this x support for "weights move as in healthy training" x (1 -
         every other cause) x (1 - spikes): the absence of other causes is weaker evidence
@@ -313,7 +315,7 @@ class CauseWeights:
     loss_rise_decades: float = 0.08
     plateau_init_small: float = 0.5
     plateau_clip: float = 0.8
-    plateau_inputs: float = 0.9
+    recurrent_inputs: float = 0.9
     data_problem: float = 0.75
     init_decades: float = 0.25
     weight_scale_decades: float = 0.15

@@ -145,6 +145,14 @@ class _Shared:
         return logistic_support(end_over_start, self.w.loss_rise,
                                 decades=self.w.loss_rise_decades)
 
+    def saturated_cell(self) -> float:
+        """Support for "inputs far off scale saturate a recurrent cell's gates".
+
+        0 when the net has no recurrent cell. Its output and gradient stop moving, and its
+        first steps spike.
+        """
+        return self.w.recurrent_inputs * self.inputs if self.facts.recurrent else 0.0
+
     def clip_can_help(self) -> float:
         """1 - support for "even the ordinary steps are far too big" (a clip cannot help)."""
         return 1.0 - logistic_support(self.facts.update_ratio,
@@ -277,7 +285,7 @@ def _shared(from_start: bool, facts: RunFacts, cfg: ThresholdConfig, w: CauseWei
         ev_norm={"depth_gain": facts.depth_gain,
                  "normalization_layers": facts.has_normalization,
                  "n_weight_layers": facts.n_weight_layers},
-        ev_output={"output_module_type": facts.output_type,
+        ev_output={"loss_receives": facts.output_type,
                    "loss_floor_gap": facts.output_floor_gap, "loss_floor_support": bugs.floor,
                    "logits_gradient_power_of_classes": facts.output_grad_power})
 
@@ -306,7 +314,7 @@ def _put_script_bugs(cands: _Candidates, s: _Shared, bugs: ScriptBugs) -> None:
                    "(a hand-written loss on probabilities); compute it from logits "
                    "(BCEWithLogitsLoss, CrossEntropyLoss)"})
     cands.put("loss_output_mismatch", bugs.clipped_output, {
-        "output_module_type": facts.output_type, "output_dead_share": facts.output_dead,
+        "loss_receives": facts.output_type, "output_dead_share": facts.output_dead,
         "threshold": cfg.dead_frac,
         "reading": "the network ends in a rectifier whose units died: the loss reads outputs "
                    "clipped at zero, and a unit pushed below zero gets no gradient back; "
@@ -412,10 +420,12 @@ def _blowup_causes(cands: _Candidates, s: _Shared) -> None:
         amplifies = logistic_support(facts.depth_gain, cfg.depth_gain_high)
         cands.put("missing_normalization", amplifies * (1.0 - s.init_large), s.ev_norm)
     if facts.grad_clip is None:
-        # Recurrent nets explode through time without clipping; spikes are its mark.
+        # Recurrent nets explode through time without clipping; spikes are its mark (unless
+        # inputs far off scale saturate the cell: its first steps' spike is theirs).
         cands.put("missing_gradient_clipping",
                   (w.clip_recurrent_base + w.clip_recurrent_spikes * s.spikes())
-                  * s.clip_can_help() if facts.recurrent else w.clip_plain,
+                  * s.clip_can_help() * (1.0 - s.saturated_cell()) if facts.recurrent
+                  else w.clip_plain,
                   {"grad_clip": None, "recurrent": facts.recurrent,
                    "update_ratio": facts.update_ratio})
 
@@ -494,9 +504,10 @@ def _plateau_causes(cands: _Candidates, s: _Shared) -> None:
     # A rate that collapsed to ~0 before the loss stopped (a schedule stepped per batch):
     # the steps that followed were too small to learn, whatever they were before.
     low = max(low, float(s.extra.get("lr_collapse", 0.0)) * w.lr_collapse)
-    low *= 1.0 - w.plateau_inputs * s.inputs
+    saturated_cell = s.saturated_cell()
+    low *= 1.0 - saturated_cell
     cands.put("loss_output_mismatch", s.mismatch, s.ev_output)
-    cands.put("unnormalized_inputs", w.plateau_inputs * s.inputs, s.ev_inputs)
+    cands.put("unnormalized_inputs", saturated_cell, s.ev_inputs)  # (recurrent nets only)
     cands.put("learning_rate_too_low", low, {"update_ratio": ur,
                                              "threshold": cfg.update_ratio_low,
                                              "total_update": facts.total_update,
@@ -513,7 +524,7 @@ def _plateau_causes(cands: _Candidates, s: _Shared) -> None:
     cands.put("init_scale_too_small", w.plateau_init_small * s.init_small, s.ev_init)
     if facts.grad_clip is None and facts.recurrent:  # stalled by exploding spikes
         cands.put("missing_gradient_clipping", w.plateau_clip * s.spikes() * s.clip_can_help()
-                  * (1.0 - w.plateau_inputs * s.inputs),
+                  * (1.0 - saturated_cell),
                   {"grad_clip": None, "recurrent": True, "update_ratio": facts.update_ratio,
                    "grad_spikiness": s.extra.get("grad_spikiness")})
     _data_problem(cands, s)
