@@ -2242,6 +2242,13 @@ def test_a_stall_behind_a_one_channel_layer_is_the_model_not_the_data(seed: int)
     assert trace.steps["loss"].iloc[-30:].median() > 2.0
 
 
+def _regression_mlp(seed: int, width: int = 64) -> nn.Module:
+    """Two hidden ReLU layers of ``width`` units on 10 features, one output."""
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(10, width), nn.ReLU(), nn.Linear(width, width), nn.ReLU(),
+                         nn.Linear(width, 1))
+
+
 def _regression(seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     """1,024 samples of a smooth function of 10 standardised features, standardised target."""
     g = torch.Generator().manual_seed(seed)
@@ -2261,9 +2268,7 @@ def test_gradients_never_reset_that_blow_up_under_momentum_are_no_learning_rate(
     x, y = _regression(seed)
 
     def run(lr: float) -> ndb.Trace:
-        torch.manual_seed(seed)
-        model = nn.Sequential(nn.Linear(10, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(),
-                              nn.Linear(64, 1))
+        model = _regression_mlp(seed)
         return _train(model, torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9),
                       F.mse_loss, y, inputs=x, zero_grad=False, steps=200)
 
@@ -2282,9 +2287,7 @@ def test_dead_units_of_a_one_unit_hidden_layer_are_the_model_not_a_bias(seed: in
     # stays at the target's variance. Both methods named negative_bias_init (0.90-1.00) on
     # default biases; the model is too small (a new user's probe found the same)
     x, y = _regression(seed)
-    torch.manual_seed(seed)
-    model = nn.Sequential(nn.Linear(10, 1), nn.ReLU(), nn.Linear(1, 1), nn.ReLU(),
-                          nn.Linear(1, 1))
+    model = _regression_mlp(seed, width=1)
     trace = _train(model, torch.optim.Adam(model.parameters(), lr=1e-3), F.mse_loss, y,
                    inputs=x, steps=300, batch=32)
     _assert_claimed_as_unknown(trace, "passes through 0, 2, with 1 output unit")
@@ -2456,9 +2459,7 @@ def test_a_loss_that_runs_to_minus_infinity_is_a_failure_named_unknown(seed: int
     # to -200 within 300 steps while the fit gets worse. A new user's probe found both
     # methods silent (0.30-0.42 / 0.06): a falling loss read as learning.
     x, y = _regression(seed)
-    torch.manual_seed(seed)
-    model = nn.Sequential(nn.Linear(10, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(),
-                          nn.Linear(64, 1))
+    model = _regression_mlp(seed)
     trace = _train(model, torch.optim.Adam(model.parameters(), lr=1e-2),
                    F.binary_cross_entropy_with_logits, y, inputs=x, steps=300)
     assert trace.steps["loss"].iloc[-10:].median() < -10  # the run as the probe saw it
