@@ -420,12 +420,12 @@ def gather_facts(trace: Trace, states: StateTable, dyn: LossDynamics,
     # module (F.softmax(self.fc(x))) counts as that module would
     out = output_module(trace)
     last = names.index(out) if out in names else len(names) - 1  # (-1 without modules)
-    function = output_function(trace.meta) or _softmax_in_the_loss(
-        trace, _logits_module(names, types, last) if types else "")
+    logits = _logits_module(names, types, last) if types else ""
+    function = output_function(trace.meta) or _softmax_in_the_loss(trace, logits)
     output_type = function[0] if function else (types[last] if types else "")
     clip = _grad_clip(cfg_run)
     bn_factor, bn_step = batchnorm_off(trace)
-    summed = _loss_summed_rows(trace, _logits_module(names, types, last))
+    summed = _loss_summed_rows(trace, logits)
     scales = scales._replace(loss_scale_ratio=scales.loss_scale_ratio / summed)
     return RunFacts(
         update_ratio=dyn.update_ratio, total_update=dyn.total_update,
@@ -451,7 +451,7 @@ def gather_facts(trace: Trace, states: StateTable, dyn: LossDynamics,
         batchnorm_off_factor=bn_factor, batchnorm_off_step=bn_step,
         **_output_floor(trace, states, win, output_type,
                         function[1] if function else _output_classes(trace, states, last),
-                        _logits_module(names, types, last)),
+                        logits),
         weights_unmoved=frozen_weights(trace, win.edge_min_steps),
         nonfinite_from_floor=_nonfinite_from_floor(trace, states, dyn, win),
         **_nonfinite_entry_facts(trace, states, dyn, win),
