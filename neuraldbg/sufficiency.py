@@ -52,7 +52,8 @@ __all__ = ["MIN_STEPS", "HEDGED_CONFIDENCE", "TAIL_SHARE", "TREND_MIN_POINTS", "
            "still_improving",
            "adversarial_loss", "too_short_to_stall", "improved_past_a_stall",
            "fell_early_then_settled", "SETTLED_CLIMB",
-           "plateau_unclaimable", "adversarial_growth", "squashing_output", "confident_output",
+           "plateau_unclaimable", "adversarial_growth", "as_recorded", "squashing_output",
+           "confident_output",
            "output_module",
            "CONFIDENT_OUTPUT_DROP", "hedge",
            "hedge_failure"]
@@ -189,6 +190,15 @@ def without_masking_infinities(trace: Trace) -> Trace:
 SIGNED_LOSS_MARGIN = 0.25
 
 
+def as_recorded(trace: Trace, loss: float) -> float:
+    """A loss value of a usable trace as the run recorded it (the floor added back).
+
+    :func:`loss_above_floor` measures a loss that goes below zero from its floor
+    (``meta["loss_floor"]``); what a user is told quotes the values they saw.
+    """
+    return loss + float(trace.meta.get("loss_floor", 0.0))
+
+
 def loss_above_floor(trace: Trace) -> Trace:
     """The trace with a loss that goes below zero measured from its own floor.
 
@@ -303,11 +313,13 @@ def learned_the_training_data(trace: Trace) -> str | None:
         return None
     first, last = loss_ends(loss)
     if first > 0 and last <= LEARNED_DROP * first and last < LEARNED_LOSS:
-        return (f"the loss fell from {first:.3g} to {last:.3g} and stayed there: the run "
+        return (f"the loss fell from {as_recorded(trace, first):.3g} to "
+                f"{as_recorded(trace, last):.3g} and stayed there: the run "
                 "learned its training data, and no failure stalls or blows up a loss that "
                 "reached the bottom")
     if 0 <= first < LEARNED_LOSS and 0 <= last < LEARNED_LOSS:
-        return (f"the loss started at {first:.3g} and ended at {last:.3g}, both under "
+        return (f"the loss started at {as_recorded(trace, first):.3g} and ended at "
+                f"{as_recorded(trace, last):.3g}, both under "
                 f"{LEARNED_LOSS:g}: the model had learned its training data before the "
                 "recording began (trained weights fine-tuned), and no failure stalls or blows "
                 "up a loss at the bottom")
@@ -430,7 +442,8 @@ def still_improving(trace: Trace, config: ThresholdConfig | None = None) -> str 
     slope, intercept = stats.theilslopes(tail, x)[:2]
     start, end = intercept, intercept + slope * x[-1]
     if start > 0 and (start - end) / start >= cfg.plateau_improvement:
-        return (f"the loss is still falling at the end of the run ({start:.4g} -> {end:.4g} "
+        return (f"the loss is still falling at the end of the run "
+                f"({as_recorded(trace, start):.4g} -> {as_recorded(trace, end):.4g} "
                 f"over its last {len(tail)} steps): too early to call it a plateau")
     # a slower fall in a run that has already improved by the share a stall may not, and
     # whose end falls at least as fast as the run did on average (a healthy run read at step
@@ -440,7 +453,8 @@ def still_improving(trace: Trace, config: ThresholdConfig | None = None) -> str 
     first, last = float(np.median(loss[:window])), float(np.median(loss[-window:]))
     if (start > 0 and first > 0 and (first - last) / first >= cfg.plateau_improvement
             and (start - end) / start / len(tail) >= (first - last) / first / len(loss)):
-        return (f"the loss fell from {first:.4g} to {last:.4g} over the run and is still "
+        return (f"the loss fell from {as_recorded(trace, first):.4g} to "
+                f"{as_recorded(trace, last):.4g} over the run and is still "
                 "falling: it has not stalled")
     return None
 
@@ -584,8 +598,9 @@ def fell_early_then_settled(trace: Trace, config: ThresholdConfig | None = None)
             and (start - second) / start >= cfg.plateau_improvement
             and end - lowest <= SETTLED_CLIMB * (start - lowest)):
         return None
-    return (f"the loss fell from {start:.3g} to {second:.3g} within its first {2 * w} steps "
-            f"and settled at {end:.3g}: the run learned, then reached its task's floor (label "
+    return (f"the loss fell from {as_recorded(trace, start):.3g} to "
+            f"{as_recorded(trace, second):.3g} within its first {2 * w} steps and settled at "
+            f"{as_recorded(trace, end):.3g}: the run learned, then reached its task's floor (label "
             "noise, a source's entropy); a stall does not leave its start")
 
 

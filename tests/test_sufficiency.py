@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Any
 
 import numpy as np
@@ -190,3 +191,23 @@ def test_frozen_weights_tells_an_optimizer_that_never_stepped() -> None:
                       meta={"optimizer_class": "Adam"})
     assert frozen_weights(trace) == NO_STEP_HINT
     assert frozen_weights(dataclasses.replace(trace, meta={})) is None
+
+
+def test_what_a_hedge_quotes_of_a_loss_below_zero_is_the_loss_the_run_recorded() -> None:
+    # a loss that goes below zero is measured from its own floor inside the diagnosis
+    # (loss_above_floor); a new user's Poisson regression (-0.86 -> -2.14) was told "the
+    # loss fell from 8.26 to 5.96", values they never saw. One function, on a trace built by
+    # hand: a likelihood that fell early and settled, every value below zero
+    from neuraldbg.sufficiency import fell_early_then_settled, loss_above_floor
+
+    rng = np.random.default_rng(0)
+    loss = np.concatenate([np.linspace(-0.5, -2.0, 20), -2.1 + 0.02 * rng.standard_normal(180)])
+    steps = pd.DataFrame({"step": np.arange(len(loss)), "loss": loss})
+    trace = loss_above_floor(ndb.Trace(steps=steps, stats=pd.DataFrame(), modules=pd.DataFrame(),
+                                       meta={}))
+    assert trace.steps["loss"].min() > 0  # the diagnosis reads it from its floor
+    why = fell_early_then_settled(trace)
+    assert why is not None
+    quoted = [float(v) for v in re.findall(r"(?:from|to|at) (-?\d+(?:\.\d+)?)", why)]
+    assert len(quoted) == 3 and all(loss.min() - 0.1 <= q <= loss.max() + 0.1
+                                    for q in quoted), why
