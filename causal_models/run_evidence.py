@@ -18,17 +18,13 @@ import numpy as np
 
 from neuraldbg.events import rose_after_first_update
 from neuraldbg.model_output import input_rms
-from neuraldbg.run_facts import RECURRENT_TYPES, SCHEME_GAINS
+from neuraldbg.run_facts import SCHEME_GAINS, recurrent_in_front
 from neuraldbg.trace import Trace
 
 if TYPE_CHECKING:
     from causal_models.bins import Bins
 
 __all__ = ["run_states", "log10_abs", "early_count", "early_median", "early_loss"]
-
-
-#: std(Wx) / rms(x) of a layer at PyTorch's default init (1 / sqrt(3)).
-DEFAULT_GAIN = SCHEME_GAINS["default"]
 
 
 def log10_abs(x: np.ndarray) -> np.ndarray:
@@ -149,12 +145,12 @@ def _forward_scale(trace: Trace) -> tuple[float, float]:
         if weighted:
             std = log10_abs(s0.loc[weighted, "act_std"].to_numpy(dtype=float))
             inp = float(std[0])
-            first = trace.module_names.index(weighted[0])
-            if any(str(mods.at[m, "module_type"]) in RECURRENT_TYPES
-                   for m in trace.module_names[:first + 1]):
-                # a recurrent cell bounds its output: the input the capture read instead,
-                # at the scale a layer of PyTorch's default init would put out from it
-                inp = float(log10_abs(np.array([input_rms(trace.meta) * DEFAULT_GAIN]))[0])
+            types = [str(mods.at[m, "module_type"]) for m in trace.module_names]
+            if recurrent_in_front(types, trace.module_names.index(weighted[0])):
+                # the input the capture read, at the scale a layer of PyTorch's default
+                # init would put out from it
+                given = input_rms(trace.meta) * SCHEME_GAINS["default"]
+                inp = float(log10_abs(np.array([given]))[0])
             n = len(weighted)
             head_n = max(1, n // 3)
             lo = std[:head_n]

@@ -31,8 +31,8 @@ import torch
 
 from neuraldbg.capture_config import first_float_tensor
 
-__all__ = ["OutputMeter", "output_function", "output_rows", "input_rms", "MEASURED_FORWARDS",
-           "ROW_SUM_TOLERANCE"]
+__all__ = ["OutputMeter", "output_function", "output_rows", "output_width", "input_rms",
+           "MEASURED_FORWARDS", "ROW_SUM_TOLERANCE"]
 
 #: Training forwards whose output is measured (the output's kind is the model's code, the
 #: same at every step; a few guard against a first batch that happens to look like one).
@@ -131,6 +131,12 @@ def input_rms(meta: Mapping[str, Any]) -> float:
     """Largest rms of the model's input over its first measured forwards (NaN when unread)."""
     value = (meta.get("model_output") or {}).get("input_rms")
     return float(value) if isinstance(value, (int, float)) else math.nan
+
+
+def output_width(meta: Mapping[str, Any]) -> int:
+    """Width of the rows of the model's output (its classes; 0 when not recorded)."""
+    width = (meta.get("model_output") or {}).get("width")
+    return width if isinstance(width, int) and width > 0 else 0
 
 
 def output_rows(meta: Mapping[str, Any]) -> int:

@@ -46,7 +46,7 @@ import numpy as np
 import pandas as pd
 
 from neuraldbg.records import Hypothesis
-from neuraldbg.sufficiency import MIN_STEPS, hedge, output_module
+from neuraldbg.sufficiency import MIN_STEPS, as_recorded, hedge, output_module
 from neuraldbg.thresholds import ThresholdConfig
 from neuraldbg.trace import Trace
 from neuraldbg.trace_memo import memoized
@@ -196,11 +196,12 @@ def _finite_losses(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
     """``(steps, losses)`` of the steps whose loss is finite, as the run recorded them.
 
     A usable trace's loss is measured from a floor
-    (:func:`neuraldbg.sufficiency.loss_above_floor`); it is added back.
+    (:func:`neuraldbg.sufficiency.loss_above_floor`); it is added back
+    (:func:`neuraldbg.sufficiency.as_recorded`).
     """
     if "loss" not in trace.steps:
         return np.zeros(0, dtype=int), np.zeros(0)
-    loss = trace.steps["loss"].to_numpy(dtype=float) + float(trace.meta.get("loss_floor", 0.0))
+    loss = as_recorded(trace, trace.steps["loss"].to_numpy(dtype=float))
     keep = np.isfinite(loss)
     return trace.steps["step"].to_numpy()[keep], loss[keep]
 

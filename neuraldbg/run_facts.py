@@ -40,17 +40,30 @@ import numpy as np
 
 from neuraldbg.events import LossDynamics
 from neuraldbg.model_output import input_rms as model_input_rms
-from neuraldbg.model_output import output_function, output_rows
+from neuraldbg.model_output import output_function, output_rows, output_width
 from neuraldbg.outside_vocabulary import batchnorm_off, frozen_weights
 from neuraldbg.states import StateTable
 from neuraldbg.sufficiency import LEARNED_LOSS, output_module
 from neuraldbg.thresholds import require_positive_fields
 from neuraldbg.trace import Trace
 
-__all__ = ["SCHEME_GAINS", "RECURRENT_TYPES", "FactWindows", "RunFacts", "gather_facts"]
+__all__ = ["SCHEME_GAINS", "RECURRENT_TYPES", "recurrent_in_front", "FactWindows", "RunFacts",
+           "gather_facts"]
 
 #: Module types of recurrent cells, whose outputs a tanh bounds.
 RECURRENT_TYPES = ("RNN", "GRU", "LSTM", "RNNCell", "GRUCell", "LSTMCell")
+
+
+def recurrent_in_front(types: list[str], first_weighted: int) -> bool:
+    """Whether a recurrent cell comes at or before the first weighted module.
+
+    Its output, which a tanh bounds (a GRU fed values in the thousands puts out +-1), then
+    says nothing of the input's scale: the input the capture read does
+    (:func:`neuraldbg.model_output.input_rms`).
+    """
+    return any(t in RECURRENT_TYPES for t in types[:first_weighted + 1])
+
+
 #: Gain std(Wx)/rms(x) each init scheme gives a layer (square layers for Xavier/orthogonal).
 SCHEME_GAINS: dict[str, float] = {
     "default": 1.0 / math.sqrt(3.0), "pytorch": 1.0 / math.sqrt(3.0),
@@ -723,10 +736,9 @@ SUMMED_POWER_TOLERANCE = 0.25
 
 def _loss_summed_rows(trace: Trace, logits_module: str) -> int:
     """:attr:`RunFacts.loss_summed_rows` (see there)."""
-    rec = trace.meta.get("model_output") or {}
-    k, rows = rec.get("width"), output_rows(trace.meta)
+    k, rows = output_width(trace.meta), output_rows(trace.meta)
     steps, stats = trace.steps, trace.stats
-    if not (isinstance(k, int) and k >= 2 and rows >= SUMMED_MIN_ROWS and logits_module
+    if not (k >= 2 and rows >= SUMMED_MIN_ROWS and logits_module
             and len(steps) and "loss" in steps and "out_grad_norm" in stats):
         return 1
     first = steps["step"].iloc[0]
@@ -756,10 +768,9 @@ def _softmax_in_the_loss(trace: Trace, logits_module: str) -> tuple[str, int] | 
     cross-entropy over K classes). A K-class output of K >= 4 only; None otherwise. A
     healthy digits MLP reads 0.0; the softmax fed to ``CrossEntropyLoss`` -1.00.
     """
-    rec = trace.meta.get("model_output") or {}
-    k = rec.get("width")
+    k = output_width(trace.meta)
     steps = trace.steps
-    if not (isinstance(k, int) and k >= _GRAD_POWER_MIN_CLASSES and logits_module
+    if not (k >= _GRAD_POWER_MIN_CLASSES and logits_module
             and len(steps) and "loss" in steps):
         return None
     share = float(steps["loss"].iloc[0]) / math.log(k)
@@ -866,7 +877,7 @@ def _input_rms(states: StateTable, idx: np.ndarray, ok: np.ndarray, rms: np.ndar
     """
     if not len(idx):
         return float("nan")
-    if any(t in RECURRENT_TYPES for t in states.module_types[:int(idx[0]) + 1]):
+    if recurrent_in_front(states.module_types, int(idx[0])):
         return given
     fams = states.families
     j0 = int(idx[0])

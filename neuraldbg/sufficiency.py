@@ -53,9 +53,7 @@ __all__ = ["MIN_STEPS", "HEDGED_CONFIDENCE", "TAIL_SHARE", "TREND_MIN_POINTS", "
            "adversarial_loss", "too_short_to_stall", "improved_past_a_stall",
            "fell_early_then_settled", "SETTLED_CLIMB",
            "plateau_unclaimable", "adversarial_growth", "as_recorded", "squashing_output",
-           "confident_output",
-           "output_module",
-           "CONFIDENT_OUTPUT_DROP", "hedge",
+           "confident_output", "output_module", "CONFIDENT_OUTPUT_DROP", "hedge",
            "hedge_failure"]
 
 #: Fewest finished steps for a confident verdict. The State Classifier compares each layer
@@ -190,11 +188,12 @@ def without_masking_infinities(trace: Trace) -> Trace:
 SIGNED_LOSS_MARGIN = 0.25
 
 
-def as_recorded(trace: Trace, loss: float) -> float:
-    """A loss value of a usable trace as the run recorded it (the floor added back).
+def as_recorded(trace: Trace, loss: Any) -> Any:
+    """A loss value (or an array of them) of a usable trace as the run recorded it.
 
     :func:`loss_above_floor` measures a loss that goes below zero from its floor
-    (``meta["loss_floor"]``); what a user is told quotes the values they saw.
+    (``meta["loss_floor"]``), which is added back: what a user is told quotes the values
+    they saw.
     """
     return loss + float(trace.meta.get("loss_floor", 0.0))
 
