@@ -25,13 +25,13 @@ from causal_models.fitted import FittedModel, check_is_fitted
 from causal_models.origin import locate_origin
 from causal_models.posterior import joint_posterior
 from causal_models.sensors import stated_evidence
-from causal_models.structure import NO_CAUSE
+from causal_models.structure import NO_CAUSE, unmodelled_causes
 from neuraldbg.records import HEALTHY, Hypothesis
 from neuraldbg.trace import Trace
 
 __all__ = ["explain", "name_undetermined_cause", "name_undetermined_type",
            "cause_given_failure", "tied_causes",
-           "TIE_TOLERANCE", "BY_EXCLUSION"]
+           "TIE_TOLERANCE", "reached_by_exclusion"]
 
 #: Causes listed under each failure type (at most), and the conditional probability a cause
 #: after the first needs to be listed.
@@ -42,16 +42,25 @@ MIN_CAUSE_SHARE = 0.05
 TIE_TOLERANCE = 1e-6
 #: The highest confidence a cause tied with another keeps: just below a claim.
 _BELOW_CLAIM = float(np.nextafter(0.5, 0.0))
-#: Causes the network reaches by exclusion: ``data_problem`` (labels unrelated to the
-#: inputs) is what a stall with every other reading normal looks like, and so is any cause
-#: outside the vocabulary (an embedding swamped by its positions, an accumulation that
-#: multiplies the rate). The rules read its own signature (weights that move as in healthy
-#: training while the loss sits at chance, a batch that carries NaN) and name it then; where
-#: the rules' sensor names something else or abstains, the network's share for it is
-#: elimination, and it stays below a claim (:func:`name_undetermined_cause`). A helper's
-#: Transformer and accumulation runs whose cause lay outside the vocabulary were named
-#: ``data_problem`` at 0.54-0.58.
-BY_EXCLUSION: frozenset[str] = frozenset({"data_problem"})
+
+
+def reached_by_exclusion() -> frozenset[str]:
+    """Causes the network reaches by exclusion unless the rules' sensor names them.
+
+    The causes no knob drives (:func:`causal_models.structure.unmodelled_causes`, read at
+    call time): bugs in the training code, ``data_problem`` among them. The network senses
+    them through the rules' verdict, which reads each one's own signature (weights that
+    move as in healthy training while the loss sits at chance; gradients that grow like a
+    running sum); its slice states are shared with every other cause. Where the rules'
+    sensor names something else or abstains, the network's share for such a cause is
+    elimination, and it stays below a claim (:func:`name_undetermined_cause`). A helper's
+    Transformer and accumulation runs whose cause lay outside the vocabulary were named
+    ``data_problem`` at 0.54-0.58; an MLP stalling on shuffled labels under Adam at 1e-2,
+    its units dead, was named ``missing_zero_grad`` at 0.55 (the rules said ``unknown``).
+    """
+    return frozenset(unmodelled_causes())
+
+
 #: The rules' sensor of the cause they name.
 _RULE_CAUSE = "rule_cause"
 
@@ -91,7 +100,7 @@ def name_undetermined_cause(hyps: list[Hypothesis]) -> list[Hypothesis]:
     A failure the evidence shows, with no cause the evidence singles out, is named with
     ``root_cause="unknown"`` at the failure type's posterior; the candidate causes
     stay listed at their joint posterior (each below 0.5 then). So is a failure whose most
-    probable cause is one of :data:`BY_EXCLUSION` the rules' sensor did not name
+    probable cause is one of :func:`reached_by_exclusion` the rules' sensor did not name
     (``metadata["cause_by_exclusion"]``). When the most probable
     cause is already the ``unknown`` state (the leak: the rules abstain, no registered cause
     fits), that hypothesis is the one lifted to the failure type's posterior: a failure shown
@@ -247,6 +256,7 @@ def explain(model: FittedModel, trace: Trace) -> list[Hypothesis]:
              else _pairs_when_failing(model, joint, marginal, healthy))
     origins: dict[str, Any] = {}
     hyps: list[Hypothesis] = []
+    by_exclusion = reached_by_exclusion()
     for i, j in pairs:
         ft = str(model.classes_[i])
         p_ft = min(1.0, max(0.0, float(marginal[i])))
@@ -255,7 +265,7 @@ def explain(model: FittedModel, trace: Trace) -> list[Hypothesis]:
         cause = str(model.root_causes_[j])
         tie: dict[str, Any] = ({"cause_resolution": "tie", "tied_causes": tied}
                                if cause in tied else {})
-        if cause in BY_EXCLUSION and evidence.get(_RULE_CAUSE, cause) != cause:
+        if cause in by_exclusion and evidence.get(_RULE_CAUSE, cause) != cause:
             tie["cause_by_exclusion"] = True
         # judged healthy, every hypothesis carries P(the run fails at all); judged
         # failing, a hypothesis claims its failure type *and* its cause: P(failure type)

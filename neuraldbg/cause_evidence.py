@@ -156,6 +156,13 @@ class CauseWeights:
         ``decades`` of the support for "the first step outgrew the weights" under Adam and
         its kin (``start_update_ratio_high``): the larger of it and the run's update-ratio
         support is the rate's support, before the confounds discount it.
+    adaptive_rate_decades : float, default=0.25
+        ``decades`` of the supports that bear a high median update ratio out under Adam
+        and its kin (``ThresholdConfig.adaptive_rate_first_step``): the median's support
+        for the rate is capped at the larger of them.
+    overshoot_decades : float, default=0.15
+        ``decades`` of the support for "the loss overshot its start"
+        (``ThresholdConfig.early_overshoot_high``): a factor 2.8 reads about 0.75, 1.4 about 0.25.
     lr_from_start : float, default=0.1
         Factor on a high learning rate's support when the failure was there at the first
         recorded step, before any update the rate could have made.
@@ -289,6 +296,8 @@ class CauseWeights:
     lr_confound_share: float = 0.5
     start_grad_decades: float = 0.25
     start_update_decades: float = 0.25
+    adaptive_rate_decades: float = 0.25
+    overshoot_decades: float = 0.15
     lr_from_start: float = 0.1
     lr_jump: float = 0.95
     lr_jump_later: float = 0.9

@@ -266,7 +266,8 @@ def _shared(from_start: bool, facts: RunFacts, cfg: ThresholdConfig, w: CauseWei
         (0.0, 0.0) if facts.step_scales_with_gradient else
         (init_small, logistic_support(facts.start_update_ratio, cfg.start_update_ratio_high,
                                       decades=w.start_update_decades)))
-    lr_high = (max(logistic_support(ur, cfg.update_ratio_high), first_step)
+    lr_high = (max(min(logistic_support(ur, cfg.update_ratio_high), _rate_borne_out(facts, cfg, w)),
+                   first_step)
                * (1.0 - w.lr_confound_share * max(inputs, init_large, small_weights))
                * (1.0 - hot_start) * (1.0 - bugs.strongest))
     return _Shared(
@@ -279,6 +280,7 @@ def _shared(from_start: bool, facts: RunFacts, cfg: ThresholdConfig, w: CauseWei
                "update_ratio": ur, "threshold": cfg.update_ratio_high, "lr": facts.lr,
                "start_grad_ratio": facts.start_grad_ratio,
                "start_update_ratio": facts.start_update_ratio,
+               "early_overshoot": facts.early_overshoot, "loss_spikes": facts.loss_spikes,
                "lr_jump_before_onset": jump, "present_from_first_step": from_start},
         ev_init={"init_gain": facts.init_gain, "init_scale": facts.init_scale,
                  "n_layers_measured": facts.n_gain_pairs},
@@ -288,6 +290,23 @@ def _shared(from_start: bool, facts: RunFacts, cfg: ThresholdConfig, w: CauseWei
         ev_output={"loss_receives": facts.output_type,
                    "loss_floor_gap": facts.output_floor_gap, "loss_floor_support": bugs.floor,
                    "logits_gradient_power_of_classes": facts.output_grad_power})
+
+
+def _rate_borne_out(facts: RunFacts, cfg: ThresholdConfig, w: CauseWeights) -> float:
+    """How far the run bears a high median update ratio out as a rate too high.
+
+    1 under SGD, whose ratio is the rate times the gradient's size (its confounds are
+    discounted elsewhere). Under Adam and its kin the median is about the rate over the
+    weights' rms whatever the run does (see ``ThresholdConfig.adaptive_rate_first_step``):
+    the larger of the supports for a first step large against the weights and for a loss
+    that overshot its start, or 1 when the loss spiked (a rate a warmup grew too high).
+    """
+    if facts.step_scales_with_gradient or facts.loss_spikes:
+        return 1.0
+    return max(logistic_support(facts.start_update_ratio, cfg.adaptive_rate_first_step,
+                                decades=w.adaptive_rate_decades),
+               logistic_support(facts.early_overshoot, cfg.early_overshoot_high,
+                                decades=w.overshoot_decades))
 
 
 def _put_script_bugs(cands: _Candidates, s: _Shared, bugs: ScriptBugs) -> None:

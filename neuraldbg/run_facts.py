@@ -165,6 +165,18 @@ class RunFacts:
         rate (the gradient divided by its own scale), so this is the rate against the
         weights' size before anything else could move it; under SGD it is the rate times
         ``start_grad_ratio``.
+    early_overshoot : float
+        The largest finite loss over the run's first tenth (at least ``edge_min_steps``
+        steps; ``edge_share``) over its first finite loss; NaN when that first loss is not
+        positive or the run is shorter. A rate too high for Adam and its kin throws the
+        weights off in its first steps and the loss overshoots its start (zoo: 2.3-106 on
+        the rates that kill ReLU units, 2.3-8.2 on an LSTM at 0.3-1.0); a run that learns
+        or that stalls on labels with no signal stays within about 1.1 of it.
+    loss_spikes : int
+        Loss spikes before the run's end (:attr:`neuraldbg.events.LossDynamics.spike_steps`:
+        a loss 3x its trailing median). A rate that grows too high under a warmup makes
+        them where the first step and the first tenth were calm (a helper's Adam warmed up
+        to 0.3: first step 0.025 of the weights, spikes from step 23-37, then chance).
     step_scales_with_gradient : bool
         The optimizer's step grows with the gradient (SGD, with or without momentum, and
         any optimizer the trace does not name), so its update ratio is the learning rate
@@ -351,6 +363,8 @@ class RunFacts:
     start_grad_ratio: float = math.nan
     loss_summed_rows: int = 1
     start_update_ratio: float = math.nan
+    early_overshoot: float = math.nan
+    loss_spikes: int = 0
     weight_scale: float = math.nan
     step_scales_with_gradient: bool = True
     output_type: str = ""
@@ -455,7 +469,9 @@ def gather_facts(trace: Trace, states: StateTable, dyn: LossDynamics,
         grad_kept=_grad_kept(trace),
         loss_improved=_loss_improved(trace, win), output_type=output_type,
         start_grad_ratio=_first_ratio(trace, "grad_norm") / summed, loss_summed_rows=summed,
-        start_update_ratio=_first_ratio(trace, "update_norm"), weight_scale=_weight_scale(trace),
+        start_update_ratio=_first_ratio(trace, "update_norm"),
+        early_overshoot=_early_overshoot(trace, win), loss_spikes=len(dyn.spike_steps),
+        weight_scale=_weight_scale(trace),
         step_scales_with_gradient=_step_scales_with_gradient(trace),
         output_dead=_output_dead(states, last),
         **_symmetry(trace, states.config.row_diversity_low),
@@ -944,6 +960,19 @@ def _first_ratio(trace: Trace, column: str) -> float:
     if not (math.isfinite(value) and math.isfinite(param) and param > 0):
         return math.nan
     return value / param
+
+
+def _early_overshoot(trace: Trace, win: FactWindows) -> float:
+    """The largest finite loss of the run's first tenth / its first finite loss.
+
+    :attr:`RunFacts.early_overshoot`.
+    """
+    loss = trace.steps["loss"].to_numpy(dtype=float) if "loss" in trace.steps else np.array([])
+    start = loss[: _edge(len(loss), win)]
+    start = start[np.isfinite(start)]
+    if len(loss) <= win.edge_min_steps or len(start) == 0 or start[0] <= 0:
+        return math.nan
+    return float(start.max() / start[0])
 
 
 def _step_scales_with_gradient(trace: Trace) -> bool:

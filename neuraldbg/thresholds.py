@@ -197,6 +197,21 @@ class ThresholdConfig:
         so the run's median can read a normal rate). That first ratio is about the rate
         over the weights' rms. Zoo runs under Adam: healthy ones (rates up to 0.03) 0.016-
         0.12; rates too high 0.39-7.1 (an LSTM at 1.0: 7.0, its median over the run 0.005).
+    adaptive_rate_first_step : float, default=0.25
+        Under Adam and its kin the run's median update ratio is about the rate over the
+        weights' rms, whatever the gradients say: a rate that trains (a true-label MLP at
+        Adam's 1e-2: 0.014-0.018) reads the same as one on labels with no signal that
+        stalls (0.018), and above ``update_ratio_high``. So there a high median counts
+        for a rate too high only as far as the first step (this, first update norm /
+        parameter norm) or the loss's overshoot of its start (``early_overshoot_high``)
+        bears it out (or a loss spike, :attr:`neuraldbg.run_facts.RunFacts.loss_spikes`).
+        Zoo rates too high under Adam: first steps 0.39-7.1; healthy runs
+        and the shuffled-label stalls at Adam's 1e-2: 0.11-0.17.
+    early_overshoot_high : float, default=2.0
+        ... the largest loss of the run's first tenth over its first loss
+        (:attr:`neuraldbg.run_facts.RunFacts.early_overshoot`) above this bears a high
+        median out too: zoo rates too high 2.3-106, runs that learn or stall 1.0-1.1 (up
+        to 1.5 on a noisy minibatch loss).
     init_gain_low : float, default=0.12
         ... below this (a fifth of the default) an init too small.
     weight_scale_high : float, default=4.0
@@ -375,6 +390,8 @@ class ThresholdConfig:
     start_grad_ratio_high: float = 2.0
     start_grad_ratio_low: float = 3e-3
     start_update_ratio_high: float = 1.0
+    adaptive_rate_first_step: float = 0.25
+    early_overshoot_high: float = 2.0
     init_gain_low: float = 0.12
     weight_scale_high: float = 4.0
     weight_scale_low: float = 0.1
