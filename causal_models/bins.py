@@ -132,6 +132,11 @@ class Bins:
         dwarf the weights before any update, and below which they are tiny against them
         (plain ratios, not log10; the heuristic's
         :attr:`neuraldbg.thresholds.ThresholdConfig.start_grad_ratio_high` and ``_low``).
+    input_swing_high : float
+        The first weighted layer's step-to-step swing (decades, the heuristic's
+        :attr:`neuraldbg.thresholds.ThresholdConfig.input_swing_high`) above which a few
+        records far off the rest set its output's scale: the input magnitude is then read
+        on the recorded steps without them (the lowest of the first ones).
     """
 
     vanish_abs: float = -7.0
@@ -164,3 +169,4 @@ class Bins:
     weight_scale_low: float = _RULES.weight_scale_low
     start_grad_ratio_high: float = _RULES.start_grad_ratio_high
     start_grad_ratio_low: float = _RULES.start_grad_ratio_low
+    input_swing_high: float = _RULES.input_swing_high

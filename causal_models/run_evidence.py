@@ -18,7 +18,7 @@ import numpy as np
 
 from neuraldbg.events import rose_after_first_update
 from neuraldbg.model_output import input_rms
-from neuraldbg.run_facts import SCHEME_GAINS, recurrent_in_front
+from neuraldbg.run_facts import SCHEME_GAINS, SWING_STEPS, input_swing, recurrent_in_front
 from neuraldbg.trace import Trace
 
 if TYPE_CHECKING:
@@ -126,13 +126,16 @@ def _update(upd: np.ndarray, bins: Bins) -> tuple[str, float]:
             else "normal" if u < e[2] else "large"), u
 
 
-def _forward_scale(trace: Trace) -> tuple[float, float]:
+def _forward_scale(trace: Trace, bins: Bins) -> tuple[float, float]:
     """The forward gain and the input scale, at the first recorded step.
 
     The gain is the activation scale of the last third of the weighted layers over the first
     third's (decades); the input scale is the first weighted layer's output scale, or the
     model's input read by the capture behind a recurrent first layer (which bounds its
-    output).
+    output). When a few records far off the rest make that layer's output range swing
+    from batch to batch (:func:`neuraldbg.run_facts.input_swing` above
+    ``bins.input_swing_high``), the input scale is its lowest over the first recorded steps,
+    those of batches without them.
     """
     stats = trace.stats
     gain, inp = float("nan"), float("nan")
@@ -145,6 +148,13 @@ def _forward_scale(trace: Trace) -> tuple[float, float]:
         if weighted:
             std = log10_abs(s0.loc[weighted, "act_std"].to_numpy(dtype=float))
             inp = float(std[0])
+            if input_swing(trace, weighted[0]) > bins.input_swing_high:
+                # a few records far off the rest set the first step's scale: the inputs'
+                # own is that of the steps whose batches held none
+                early = stats[stats["module_name"] == weighted[0]].sort_values("step")
+                early_std = log10_abs(early["act_std"].to_numpy(dtype=float)[:SWING_STEPS])
+                if np.isfinite(early_std).any():
+                    inp = float(np.nanmin(np.where(np.isfinite(early_std), early_std, np.nan)))
             types = [str(mods.at[m, "module_type"]) for m in trace.module_names]
             if recurrent_in_front(types, trace.module_names.index(weighted[0])):
                 # the input the capture read, at the scale a layer of PyTorch's default
@@ -178,7 +188,7 @@ def run_states(trace: Trace, blocks: tuple[tuple[str, ...], ...], bins: Bins,
     states["grad_ratio"], features["grad_ratio"] = _grad_ratio(trace, bins, cut_off)
     states["update"], features["update"] = _update(steps["update_ratio"].to_numpy(dtype=float),
                                                    bins)
-    gain, inp = _forward_scale(trace)
+    gain, inp = _forward_scale(trace, bins)
     states["fwd_gain"] = ("growing" if gain > bins.gain_edge else
                           "shrinking" if gain < -bins.gain_edge else "stable")
     states["input_mag"] = "large" if np.isfinite(inp) and inp > bins.input_large else "normal"

@@ -132,6 +132,15 @@ class CauseWeights:
         (:attr:`~neuraldbg.run_facts.RunFacts.nonfinite_target_step`): a missing value
         among the targets, most often; a loss computation that fails on sound outputs (a
         hand-written ``log``) looks the same, hence less than for a non-finite input.
+    outlier_records : float, default=0.9
+        Support of ``data_problem`` when the first layer's output range jumps by decades from
+        batch to batch (``ThresholdConfig.input_swing_high``): a few records carry values far
+        off the rest; rescaling every input, a normalization layer or a smaller rate do not
+        undo them (a new user's -999 codes: 0.10, 0.29-0.74 and 0.76-0.79 against 0.96 for
+        the cleaned table).
+    outlier_swing_decades : float, default=0.03
+        ``decades`` of that support, on the swing's own log scale: 1.19 reads 0.02, 2.1
+        reads 1.0.
     calm_nonfinite : float, default=0.9
         Support of ``unknown`` when the loss turned non-finite out of a calm run at a step
         without module statistics (:attr:`~neuraldbg.run_facts.RunFacts.calm_nonfinite_step`):
@@ -292,6 +301,8 @@ class CauseWeights:
     unsafe_loss_decades: float = 0.5
     nonfinite_input: float = 0.9
     calm_nonfinite: float = 0.9
+    outlier_records: float = 0.9
+    outlier_swing_decades: float = 0.03
     nonfinite_target: float = 0.75
     lr_confound_share: float = 0.5
     start_grad_decades: float = 0.25
@@ -464,6 +475,18 @@ def symmetric_support(facts: RunFacts, cfg: ThresholdConfig,
                             decades=weights.symmetric_decades)
 
 
+def outlier_records_support(facts: RunFacts, cfg: ThresholdConfig, w: CauseWeights) -> float:
+    """Support for "a few records carry values far off the rest" (a missing-value code).
+
+    The first weighted layer's output range jumps from one batch to the next by decades
+    (:attr:`~neuraldbg.run_facts.RunFacts.input_swing` against
+    ``cfg.input_swing_high``); inputs on a uniformly wrong scale move it by the same factor
+    at every step.
+    """
+    return logistic_support(facts.input_swing, cfg.input_swing_high,
+                            decades=w.outlier_swing_decades)
+
+
 def batchnorm_off_support(facts: RunFacts, cfg: ThresholdConfig,
                           weights: CauseWeights = DEFAULT_WEIGHTS) -> float:
     """Support for "the BatchNorm layers do not normalise".
@@ -532,6 +555,9 @@ class ScriptBugs:
         1 when the loss turned non-finite from sound outputs out of a calm run
         (:attr:`~neuraldbg.run_facts.RunFacts.nonfinite_target_step`) and not right after
         it reached the bottom (:attr:`unsafe_loss` reads that case), else 0.
+    outlier_records : float
+        A first layer whose output range jumps by decades from batch to batch
+        (:func:`outlier_records_support`): a few records far off the rest.
     calm_nonfinite : float
         1 when the loss turned non-finite out of a calm run at an unrecorded step
         (:attr:`~neuraldbg.run_facts.RunFacts.calm_nonfinite_step`) or from a value that
@@ -549,6 +575,7 @@ class ScriptBugs:
     bad_input: float = 0.0
     bad_target: float = 0.0
     calm_nonfinite: float = 0.0
+    outlier_records: float = 0.0
 
     @classmethod
     def measure(cls, facts: RunFacts, cfg: ThresholdConfig, w: CauseWeights) -> ScriptBugs:
@@ -569,11 +596,12 @@ class ScriptBugs:
                    bad_target=(0.0 if facts.nonfinite_target_step is None
                                else 1.0 - unsafe_loss),
                    calm_nonfinite=0.0 if facts.calm_nonfinite_step is None
-                   and facts.nonfinite_entry_module is None else 1.0)
+                   and facts.nonfinite_entry_module is None else 1.0,
+                   outlier_records=outlier_records_support(facts, cfg, w))
 
     @property
     def strongest(self) -> float:
         """The best-supported bug: the share the generic causes lose."""
         return max(self.piled, self.targets, self.symmetric, self.blocked, self.bn_off,
                    self.floor, self.clipped_output, self.unsafe_loss, self.bad_input,
-                   self.bad_target, self.calm_nonfinite)
+                   self.bad_target, self.calm_nonfinite, self.outlier_records)

@@ -242,7 +242,7 @@ def _shared(from_start: bool, facts: RunFacts, cfg: ThresholdConfig, w: CauseWei
     # init scale, a high rate, depth) is not the root; the mode mix-up has no cause in the
     # vocabulary, so its support goes to "unknown" (see generate_hypotheses).
     inputs = logistic_support(facts.input_rms, cfg.input_scale_high)
-    inputs *= 1.0 - bugs.bn_off
+    inputs *= (1.0 - bugs.bn_off) * (1.0 - bugs.outlier_records)
     # Unnormalised inputs or a too-large init inflate every gradient and so the update
     # ratio: a high ratio is weaker evidence of a high learning rate when either holds.
     # Gradients that pile up (no zero_grad) or targets far off the output scale inflate it
@@ -350,6 +350,14 @@ def _put_script_bugs(cands: _Candidates, s: _Shared, bugs: ScriptBugs) -> None:
         "reading": "the loss turned non-finite out of a calm run while every module output "
                    "and every weight was finite: the NaN came with the targets (a missing "
                    "value) or from the loss computation", "hint": check})
+    cands.put("data_problem", w.outlier_records * bugs.outlier_records, {
+        "input_swing": facts.input_swing, "threshold": cfg.input_swing_high,
+        "reading": "the first layer's output range jumps by decades from one batch to the "
+                   "next: a few records carry values far off the rest (a missing-value code "
+                   "such as -999, a corrupted column, a unit mix-up in some rows)",
+        "hint": "find the records far off the rest (x.abs().amax(dim=1) per record) and "
+                "clean them (impute the missing values, drop or clip the rows); rescaling "
+                "every input, a normalization layer or a smaller rate do not undo them"})
     if facts.nonfinite_entry_module is not None:
         name, step = facts.nonfinite_entry_module, facts.nonfinite_entry_step
         cands.put("unknown", w.calm_nonfinite * bugs.calm_nonfinite, {

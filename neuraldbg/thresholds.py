@@ -207,6 +207,14 @@ class ThresholdConfig:
         bears it out (or a loss spike, :attr:`neuraldbg.run_facts.RunFacts.loss_spikes`).
         Zoo rates too high under Adam: first steps 0.39-7.1; healthy runs
         and the shuffled-label stalls at Adam's 1e-2: 0.11-0.17.
+    input_swing_high : float, default=1.5
+        The first weighted layer's output range jumping by more than this many decades
+        from one step to the next on a tenth of the steps
+        (:attr:`neuraldbg.run_facts.RunFacts.input_swing`) is a few records carrying values
+        far off the rest: ``data_problem``, whatever the symptom (a missing-value code of
+        -999 in 5% of a standardised table: 2.1-2.3; the same table standardised with the
+        codes in, 1.15-1.24; 1,600 zoo and probe traces without such records: at most
+        1.19, an unclipped LSTM whose weights blow up).
     early_overshoot_high : float, default=2.0
         ... the largest loss of the run's first tenth over its first loss
         (:attr:`neuraldbg.run_facts.RunFacts.early_overshoot`) above this bears a high
@@ -392,6 +400,7 @@ class ThresholdConfig:
     start_update_ratio_high: float = 1.0
     adaptive_rate_first_step: float = 0.25
     early_overshoot_high: float = 2.0
+    input_swing_high: float = 1.5
     init_gain_low: float = 0.12
     weight_scale_high: float = 4.0
     weight_scale_low: float = 0.1

@@ -449,6 +449,40 @@ def test_an_adam_rate_a_warmup_grows_too_high_is_still_named() -> None:
             (method, top)
 
 
+@pytest.mark.parametrize("seed", [2, 3])
+def test_a_missing_value_code_in_a_few_records_is_a_data_problem_not_the_input_scale(
+        seed: int) -> None:
+    # a table whose missing values are coded -999 in 5% of the records (3 features each),
+    # the rest standardised: the first layer's output range jumps two decades whenever a
+    # batch holds such a record. A new user's MLP under SGD got unnormalized_inputs (0.54-
+    # 0.72 / 0.79-0.98) or learning_rate_too_high (0.97), and what_if promised that scaling
+    # every input by 1e-3 fixes it (0.06); that re-run ends at chance (0.10), and the
+    # cleaned table trains (0.96).
+    std = (X - X.mean(0)) / (X.std(0) + 1e-6)
+    g = torch.Generator().manual_seed(seed)
+    coded = std.clone()
+    for row in torch.randperm(len(coded), generator=g)[: len(coded) // 20]:
+        coded[row, torch.randperm(64, generator=g)[:3]] = -999.0
+
+    def run(inputs: torch.Tensor) -> ndb.Trace:
+        model = _wide_mlp(seed)
+        return _train(model, torch.optim.SGD(model.parameters(), lr=0.05), F.cross_entropy,
+                      Y, inputs=inputs, steps=400, batch=32,
+                      generator=torch.Generator().manual_seed(seed))
+
+    trace = run(coded)
+    for method in ("heuristic", "probabilistic"):
+        claimed = [h for h in ndb.explain(trace, method=method) if h.confidence >= 0.5]
+        assert all(h.root_cause in ("data_problem", "unknown") for h in claimed), \
+            (method, claimed)
+    top = ndb.explain(trace)[0]
+    assert top.root_cause == "data_problem", top
+    assert "clean" in top.metadata["cause_evidence"]["hint"]
+    rescaled = ndb.what_if(trace, input_scale=1e-3)
+    assert rescaled.p_failure_factual >= 0.5 and rescaled.p_failure >= 0.5, rescaled
+    _assert_healthy(run(std))  # the same loop on the clean table
+
+
 class _BodyAndHead(nn.Module):
     def __init__(self, seed: int) -> None:
         super().__init__()
