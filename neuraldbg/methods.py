@@ -65,6 +65,8 @@ from neuraldbg.sufficiency import (
     improved_past_a_stall,
     learned_the_training_data,
     plateau_unclaimable,
+    signed_stall_unclaimable,
+    spikes_while_settled,
     squashing_output,
     thin_evidence,
     usable_trace,
@@ -452,7 +454,10 @@ def explain(trace: Trace | str | os.PathLike[str], method: str | DiagnosisMethod
         training plateau is kept below 0.5 (``metadata["thin_evidence"]`` says why) on a
         run too short to stall, a loss still falling, a GAN's players, and, when no cause
         explains it, a loss that fell by more than a stall allows and settled (its task's
-        floor, :func:`neuraldbg.sufficiency.improved_past_a_stall`). A run whose loss fell
+        floor, :func:`neuraldbg.sufficiency.improved_past_a_stall`) or a loss that goes below
+        zero (:func:`neuraldbg.sufficiency.signed_stall_unclaimable`); exploding gradients
+        are, when the gradient norm only spiked in a run that learned and settled
+        (:func:`neuraldbg.sufficiency.spikes_while_settled`). A run whose loss fell
         three decades to under 0.01 learned its training data: no hypothesis at 0.5 or
         above (:func:`neuraldbg.sufficiency.learned_the_training_data`).
 
@@ -481,7 +486,8 @@ def explain(trace: Trace | str | os.PathLike[str], method: str | DiagnosisMethod
         if why:
             hypotheses = hedge_failure(hypotheses, "training_plateau", why)
     for failure, unclaimable in (("saturated_activations", confident_output),
-                                 ("exploding_gradients", adversarial_growth)):
+                                 ("exploding_gradients", adversarial_growth),
+                                 ("exploding_gradients", spikes_while_settled)):
         if any(h.failure_type == failure and h.confidence >= 0.5 for h in hypotheses):
             why = unclaimable(usable)
             if why:
@@ -543,18 +549,23 @@ def _unclaimable_plateau(usable: Trace, hypotheses: Callable[[], list[Hypothesis
     (:func:`neuraldbg.sufficiency.improved_past_a_stall`); and for a plateau whose cause does
     not explain a floor (not one of :data:`FLOOR_CAUSES`, the mismatch only with a squashing
     output), a loss that fell early and then settled
-    (:func:`neuraldbg.sufficiency.fell_early_then_settled`). ``hypotheses`` gives the
-    method's hypotheses, asked for only in the last two cases.
+    (:func:`neuraldbg.sufficiency.fell_early_then_settled`); and for a plateau of unknown
+    cause or of a data problem, a loss that goes below zero
+    (:func:`neuraldbg.sufficiency.signed_stall_unclaimable`). ``hypotheses`` gives the
+    method's hypotheses, asked for only in the last three cases.
     """
     why = plateau_unclaimable(usable)
     if why:
         return why
     floor, early = improved_past_a_stall(usable), fell_early_then_settled(usable)
-    if floor is None and early is None:
+    signed = signed_stall_unclaimable(usable)
+    if floor is None and early is None and signed is None:
         return None
     claim = _plateau_claim(hypotheses())
     if claim is None:
         return None
+    if signed is not None and claim.root_cause in ("unknown", "data_problem"):
+        return signed
     # a loss-output mismatch explains a floor only where an output squashes before the loss
     # (in the model, or in the loss line: the facts read its softmax off the gradient)
     unsupported = claim.root_cause == "loss_output_mismatch" and not (
@@ -615,8 +626,10 @@ def what_if(trace: Trace | str | os.PathLike[str],
     collapsed, BatchNorm in ``eval()``) ``metadata["outside_vocabulary"]`` says which: the
     knobs' effects were estimated without it. When the model reads the run as a training
     plateau that :func:`explain` may not claim (too short a run, a loss still falling, a
-    loss of no known cause that fell further than a stall allows),
-    ``metadata["plateau_unclaimable"]`` says why, so the two answers do not silently disagree.
+    loss of no known cause that fell further than a stall allows, a loss that goes below
+    zero), ``metadata["plateau_unclaimable"]`` says why, so the two answers do not silently
+    disagree; so does ``metadata["explosion_unclaimable"]`` for an explosion it may not
+    claim (a game's player starting, spikes in a run that learned and settled).
 
     Parameters
     ----------
@@ -654,7 +667,10 @@ def what_if(trace: Trace | str | os.PathLike[str],
                                    or cause_outside_vocabulary(usable, [])),
             "plateau_unclaimable": unclaimable,
             "saturation_unclaimable": (confident_output(usable)
-                                       if reading == "saturated_activations" else None)}
+                                       if reading == "saturated_activations" else None),
+            "explosion_unclaimable": ((adversarial_growth(usable)
+                                       or spikes_while_settled(usable))
+                                      if reading == "exploding_gradients" else None)}
     said = {k: v for k, v in said.items() if v}
     if said and dataclasses.is_dataclass(answer) and isinstance(
             getattr(answer, "metadata", None), dict):

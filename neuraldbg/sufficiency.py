@@ -44,7 +44,7 @@ from neuraldbg.thresholds import ThresholdConfig
 from neuraldbg.trace import Trace
 
 __all__ = ["MIN_STEPS", "HEDGED_CONFIDENCE", "TAIL_SHARE", "TREND_MIN_POINTS", "TREND_ALPHA",
-           "PLATEAU_CLAIM_MIN_LOSSES",
+           "PLATEAU_CLAIM_MIN_LOSSES", "spikes_while_settled", "signed_stall_unclaimable",
            "usable_trace", "why_no_step", "without_skipped_gradients", "loss_above_floor",
            "without_masking_infinities", "thin_evidence",
            "learned_the_training_data", "LEARNED_DROP", "LEARNED_LOSS", "loss_ends",
@@ -601,6 +601,58 @@ def fell_early_then_settled(trace: Trace, config: ThresholdConfig | None = None)
             f"{as_recorded(trace, second):.3g} within its first {2 * w} steps and settled at "
             f"{as_recorded(trace, end):.3g}: the run learned, then reached its task's floor (label "
             "noise, a source's entropy); a stall does not leave its start")
+
+
+def spikes_while_settled(trace: Trace, config: ThresholdConfig | None = None) -> str | None:
+    """Why gradient spikes in a run whose loss goes below zero are no explosion, or ``None``.
+
+    A loss that goes below zero (measured from its own floor, :func:`loss_above_floor`) has
+    no level that says how far the run got, so the harm an explosion does to it cannot be
+    read off its level. Every loss and global gradient norm finite, the norm's largest value
+    under ``explode_growth`` times the median of its first five, and the loss fell early and
+    settled (:func:`fell_early_then_settled`): the spikes are batches far off the rest
+    (heavy-tailed targets, counts) in a run that learned. A new user's healthy Poisson
+    regressions (``PoissonNLLLoss(log_input=True)``, held-out R^2 0.92-0.95, spikes 8-14x)
+    were exploding gradients at 0.50 for both methods; the same runs with ``full=True``,
+    which only adds a constant to the loss and keeps it above zero, were healthy. A loss
+    that stays above zero keeps its level (a cross-entropy that settles at 1.3 of its 2.3
+    start has not learned), and this reading does not apply to it.
+    """
+    steps = trace.steps
+    if "loss_floor" not in trace.meta or not {"grad_norm", "loss"} <= set(steps.columns):
+        return None
+    cfg = config or ThresholdConfig()
+    g = steps["grad_norm"].to_numpy(dtype=float)
+    loss = steps["loss"].to_numpy(dtype=float)
+    if len(g) < MIN_STEPS or not (np.isfinite(g).all() and np.isfinite(loss).all()):
+        return None
+    start = float(np.median(g[:5]))
+    growth = float(g.max()) / start if start > 0 else math.inf
+    settled = fell_early_then_settled(trace, cfg)
+    if growth >= cfg.explode_growth or settled is None:
+        return None
+    return (f"the global gradient norm spiked to {growth:.3g}x its start without growing "
+            f"{cfg.explode_growth:g}x, every loss stayed finite, and {settled}: the spikes "
+            "are batches far off the rest, not an explosion that harmed training")
+
+
+def signed_stall_unclaimable(trace: Trace) -> str | None:
+    """Why a stall of a loss that goes below zero cannot be told from a surrogate, or None.
+
+    A loss with no floor at zero (:func:`loss_above_floor` measured it from its own) that
+    does not fall while the weights move may be a surrogate that does not track progress: a
+    policy gradient's ``-(r - b) log pi(a)`` hovers near zero while the policy learns (a new
+    user's REINFORCE bandits at 0.95 greedy accuracy were plateaus at 0.70-0.98; logging
+    ``1 - reward`` instead made them healthy). :func:`neuraldbg.methods.explain` keeps a
+    plateau of unknown cause or of a data problem below 0.5 on such a loss; a stall whose
+    weights did not move (a rate too low) is still claimed.
+    """
+    if "loss_floor" not in trace.meta:
+        return None
+    return ("the loss goes below zero, so it has no floor to measure a stall from, and a "
+            "loss that does not fall while the weights move may be a surrogate that does "
+            "not track progress (a policy gradient): pass dbg.step a measure of performance "
+            "(1 - reward, a validation loss) to judge the run")
 
 
 def plateau_unclaimable(trace: Trace, config: ThresholdConfig | None = None) -> str | None:
