@@ -114,16 +114,35 @@ def _grad_ratio(trace: Trace, bins: Bins, cut_off: Collection[str]) -> tuple[str
             else "growing"), ratio
 
 
-def _update(upd: np.ndarray, bins: Bins) -> tuple[str, float]:
-    """log10 of the early update ratio ||dW||/||W||: tiny | small | normal | large."""
+def _update(upd: np.ndarray, lr: np.ndarray, bins: Bins) -> tuple[str, float]:
+    """log10 of the early update ratio ||dW||/||W||: tiny | small | normal | large.
+
+    Each early step's ratio is taken at the run's median learning rate (times the median
+    over that step's rate; the step is the rate times the gradient under SGD, times a
+    unit-scale direction under Adam): a warmup starts the rate far below the one the run
+    trains at (a new user's AdamW at 1e-6 warmed up from 2.5e-8 read 40x too low, and
+    ``what_if(lr_scale=1000)``, which the re-run shows trains, still failed). The zoo's
+    runs keep one rate over their first steps.
+    """
     k = max(3, len(upd) // 20)
-    head = upd[:k]
+    head = upd[:k] * _at_median_rate(lr, min(k, len(upd)))
     if not np.isfinite(head).any():
         return "nonfinite", float("nan")
     u = float(np.median(log10_abs(head[np.isfinite(head)])))
     e = bins.update_edges
     return ("tiny" if u < e[0] else "small" if u < e[1]
             else "normal" if u < e[2] else "large"), u
+
+
+def _at_median_rate(lr: np.ndarray, k: int) -> np.ndarray:
+    """Median learning rate / each of the first ``k`` steps' rate (1 where unknown)."""
+    rates = lr[np.isfinite(lr) & (lr > 0)]
+    head = lr[:k]
+    if not len(rates) or len(head) < k:
+        return np.ones(k)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        factor = float(np.median(rates)) / head
+    return np.where(np.isfinite(factor) & (factor > 0), factor, 1.0)
 
 
 def _forward_scale(trace: Trace, bins: Bins) -> tuple[float, float]:
@@ -186,8 +205,10 @@ def run_states(trace: Trace, blocks: tuple[tuple[str, ...], ...], bins: Bins,
     states["spikes"], features["spikes"] = _spikes(steps["grad_norm"].to_numpy(dtype=float),
                                                    bins)
     states["grad_ratio"], features["grad_ratio"] = _grad_ratio(trace, bins, cut_off)
+    lr = (steps["lr"].to_numpy(dtype=float) if "lr" in steps
+          else np.full(len(steps), np.nan))
     states["update"], features["update"] = _update(steps["update_ratio"].to_numpy(dtype=float),
-                                                   bins)
+                                                   lr, bins)
     gain, inp = _forward_scale(trace, bins)
     states["fwd_gain"] = ("growing" if gain > bins.gain_edge else
                           "shrinking" if gain < -bins.gain_edge else "stable")

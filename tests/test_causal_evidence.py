@@ -11,6 +11,7 @@ import torch
 from torch import nn
 from training import train
 
+import causal_models
 import neuraldbg as ndb
 from causal_models import registry
 from causal_models.evidence import (
@@ -141,3 +142,35 @@ def test_a_fault_may_sign_run_evidence_whatever_failure_it_shows() -> None:
             build_structure()
     finally:
         registry.unregister("x")
+
+
+def test_a_warmup_does_not_read_as_a_lower_rate() -> None:
+    """The network reads the rate from the first steps' update ratio. Under a warmup those
+    steps take a fraction of the rate the run trains at: a new user's AdamW at 1e-6 warmed
+    up over 40 steps read 40x lower, and ``what_if(lr_scale=1000)``, whose re-run trains,
+    still failed (0.98). Each early step is now read at the run's median rate."""
+    from sklearn.datasets import load_digits
+
+    x, y = load_digits(return_X_y=True)
+    xs = torch.tensor((x - x.mean(0)) / (x.std(0) + 1e-6), dtype=torch.float32)
+    ys = torch.tensor(y)
+    features = []
+    for warmup in (1, 40):
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10))
+        opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i, w=warmup: min(1.0, (i + 1) / w))
+        g = torch.Generator().manual_seed(0)
+        with ndb.NeuralDbg(model, optimizer=opt) as dbg:
+            for _ in range(300):
+                idx = torch.randint(0, len(xs), (64,), generator=g)
+                opt.zero_grad()
+                loss = nn.functional.cross_entropy(model(xs[idx]), ys[idx])
+                loss.backward()
+                opt.step()
+                sched.step()
+                dbg.step(loss)
+        disc = causal_models.load_default_model().observe(dbg.trace)
+        features.append(disc.features["update"])
+    steady, warmed = features
+    assert abs(warmed - steady) < 0.3, features
