@@ -266,8 +266,8 @@ def _shared(from_start: bool, facts: RunFacts, cfg: ThresholdConfig, w: CauseWei
         (0.0, 0.0) if facts.step_scales_with_gradient else
         (init_small, logistic_support(facts.start_update_ratio, cfg.start_update_ratio_high,
                                       decades=w.start_update_decades)))
-    lr_high = (max(min(logistic_support(ur, cfg.update_ratio_high), _rate_borne_out(facts, cfg, w)),
-                   first_step)
+    steady = min(logistic_support(ur, cfg.update_ratio_high), _rate_borne_out(facts, cfg, w))
+    lr_high = (max(steady, first_step)
                * (1.0 - w.lr_confound_share * max(inputs, init_large, small_weights))
                * (1.0 - hot_start) * (1.0 - bugs.strongest))
     return _Shared(

@@ -44,7 +44,8 @@ from neuraldbg.thresholds import ThresholdConfig
 from neuraldbg.trace import Trace
 
 __all__ = ["MIN_STEPS", "HEDGED_CONFIDENCE", "TAIL_SHARE", "TREND_MIN_POINTS", "TREND_ALPHA",
-           "PLATEAU_CLAIM_MIN_LOSSES", "spikes_while_settled", "signed_stall_unclaimable",
+           "PLATEAU_CLAIM_MIN_LOSSES", "calm_norm_growth", "spikes_while_settled",
+           "signed_stall_unclaimable",
            "usable_trace", "why_no_step", "without_skipped_gradients", "loss_above_floor",
            "without_masking_infinities", "thin_evidence",
            "learned_the_training_data", "LEARNED_DROP", "LEARNED_LOSS", "loss_ends",
@@ -472,6 +473,26 @@ def adversarial_loss(trace: Trace) -> str | None:
     return None
 
 
+def calm_norm_growth(trace: Trace, config: ThresholdConfig | None = None) -> float | None:
+    """The global gradient norm's largest value over the median of its first five, or None.
+
+    None unless every loss and global gradient norm is finite, there are :data:`MIN_STEPS`
+    steps or more, and that growth stays under ``explode_growth``: no norm blew up
+    (:func:`adversarial_growth`, :func:`spikes_while_settled`).
+    """
+    steps = trace.steps
+    if not {"grad_norm", "loss"} <= set(steps.columns):
+        return None
+    cfg = config or ThresholdConfig()
+    g = steps["grad_norm"].to_numpy(dtype=float)
+    loss = steps["loss"].to_numpy(dtype=float)
+    if len(g) < MIN_STEPS or not (np.isfinite(g).all() and np.isfinite(loss).all()):
+        return None
+    start = float(np.median(g[:5]))
+    growth = float(g.max()) / start if start > 0 else math.inf
+    return growth if growth < cfg.explode_growth else None
+
+
 def adversarial_growth(trace: Trace, config: ThresholdConfig | None = None) -> str | None:
     """Why gradients that grew are no explosion in a game, or ``None``.
 
@@ -486,17 +507,8 @@ def adversarial_growth(trace: Trace, config: ThresholdConfig | None = None) -> s
     rate too high at 0.69-0.90 on the healthy runs as on the failing ones.
     """
     game = adversarial_loss(trace)
-    steps = trace.steps
-    if not game or not {"grad_norm", "loss"} <= set(steps.columns):
-        return None
-    cfg = config or ThresholdConfig()
-    g = steps["grad_norm"].to_numpy(dtype=float)
-    loss = steps["loss"].to_numpy(dtype=float)
-    if len(g) < MIN_STEPS or not (np.isfinite(g).all() and np.isfinite(loss).all()):
-        return None
-    start = float(np.median(g[:5]))
-    growth = float(g.max()) / start if start > 0 else math.inf
-    if growth >= cfg.explode_growth:
+    growth = calm_norm_growth(trace, config) if game else None
+    if game is None or growth is None:
         return None
     return (f"{game.split(':')[0]}; one player's gradient grows from a near-zero start as the "
             f"other learns, and no norm blew up (the global gradient norm peaked at "
@@ -618,18 +630,10 @@ def spikes_while_settled(trace: Trace, config: ThresholdConfig | None = None) ->
     that stays above zero keeps its level (a cross-entropy that settles at 1.3 of its 2.3
     start has not learned), and this reading does not apply to it.
     """
-    steps = trace.steps
-    if "loss_floor" not in trace.meta or not {"grad_norm", "loss"} <= set(steps.columns):
-        return None
     cfg = config or ThresholdConfig()
-    g = steps["grad_norm"].to_numpy(dtype=float)
-    loss = steps["loss"].to_numpy(dtype=float)
-    if len(g) < MIN_STEPS or not (np.isfinite(g).all() and np.isfinite(loss).all()):
-        return None
-    start = float(np.median(g[:5]))
-    growth = float(g.max()) / start if start > 0 else math.inf
-    settled = fell_early_then_settled(trace, cfg)
-    if growth >= cfg.explode_growth or settled is None:
+    growth = calm_norm_growth(trace, cfg) if "loss_floor" in trace.meta else None
+    settled = fell_early_then_settled(trace, cfg) if growth is not None else None
+    if growth is None or settled is None:
         return None
     return (f"the global gradient norm spiked to {growth:.3g}x its start without growing "
             f"{cfg.explode_growth:g}x, every loss stayed finite, and {settled}: the spikes "
