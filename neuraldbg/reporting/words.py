@@ -340,10 +340,16 @@ def _cause_fact(ev: TraceEvidence, h: Hypothesis) -> str:
     if not len(ratio):
         return ""
     lrs = steps["lr"].to_numpy(dtype=float) if "lr" in steps else np.full(1, np.nan)
-    lr_txt = f"learning rate {fmt_num(lrs[0])}" if math.isfinite(lrs[0]) else ""
-    if lr_txt and np.nanmax(lrs) > 2 * lrs[0]:
-        i = int(np.nanargmax(lrs))
-        lr_txt += f" (up to {fmt_num(float(lrs[i]))} at step {int(steps['step'].iloc[i])})"
+    lr_txt = ""
+    if np.isfinite(lrs).any():
+        # the rate the run trained at, and its range when a schedule moved it (a warmup's
+        # first rate is not the run's: a user read 2.5e-05 as their AdamW's 1e-3)
+        lr_txt = f"learning rate {fmt_num(float(np.nanmedian(lrs)))}"
+        i, j = int(np.nanargmin(lrs)), int(np.nanargmax(lrs))
+        if lrs[j] > 2 * lrs[i]:
+            step = steps["step"].to_numpy()
+            lr_txt += (f" (from {fmt_num(float(lrs[i]))} at step {int(step[i])} to "
+                       f"{fmt_num(float(lrs[j]))} at step {int(step[j])})")
     lr_txt += ": " if lr_txt else ""
     return (f"{lr_txt}a step changed the weights by {fmt_num(float(np.median(ratio)))} of their "
             "norm before the onset (median update ratio; about 1e-3 is usual)")
