@@ -117,15 +117,17 @@ def _grad_ratio(trace: Trace, bins: Bins, cut_off: Collection[str]) -> tuple[str
 def _update(upd: np.ndarray, lr: np.ndarray, bins: Bins) -> tuple[str, float]:
     """log10 of the early update ratio ||dW||/||W||: tiny | small | normal | large.
 
-    Each early step's ratio is taken at the run's median learning rate (times the median
-    over that step's rate; the step is the rate times the gradient under SGD, times a
+    Under a warmup each early step's ratio is taken at the rate the warmup reached (times
+    that rate over the step's; the step is the rate times the gradient under SGD, times a
     unit-scale direction under Adam): a warmup starts the rate far below the one the run
     trains at (a new user's AdamW at 1e-6 warmed up from 2.5e-8 read 40x too low, and
-    ``what_if(lr_scale=1000)``, which the re-run shows trains, still failed). The zoo's
-    runs keep one rate over their first steps.
+    ``what_if(lr_scale=1000)``, which the re-run shows trains, still failed). A decay from
+    the start keeps the early ratios, which are read at the rate a failure in the first
+    steps saw (the run's median would read a cosine-scheduled SGD whose units died at
+    step 18 at half its rate). The zoo's runs keep one rate over their first steps.
     """
     k = max(3, len(upd) // 20)
-    head = upd[:k] * _at_median_rate(lr, min(k, len(upd)))
+    head = upd[:k] * _at_warmed_rate(lr, min(k, len(upd)), bins.lr_spike_factor)
     if not np.isfinite(head).any():
         return "nonfinite", float("nan")
     u = float(np.median(log10_abs(head[np.isfinite(head)])))
@@ -134,15 +136,22 @@ def _update(upd: np.ndarray, lr: np.ndarray, bins: Bins) -> tuple[str, float]:
             else "normal" if u < e[2] else "large"), u
 
 
-def _at_median_rate(lr: np.ndarray, k: int) -> np.ndarray:
-    """Median learning rate / each of the first ``k`` steps' rate (1 where unknown)."""
-    rates = lr[np.isfinite(lr) & (lr > 0)]
-    head = lr[:k]
-    if not len(rates) or len(head) < k:
+def _at_warmed_rate(lr: np.ndarray, k: int, jump: float) -> np.ndarray:
+    """The rate a warmup reached / each of the first ``k`` steps' rate (1 without a warmup).
+
+    A warmup: over the first quarter of the run the rate rises to its largest value
+    gradually (never falling, never jumping ``jump``-fold in one step, as a schedule spike
+    does). A rate that starts at its largest (a decay, a constant rate) and
+    a spike leave the ratios as they are.
+    """
+    head = lr[:max(k, len(lr) // 4)]
+    if len(head) < k or not (np.isfinite(head).all() and (head > 0).all()):
         return np.ones(k)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        factor = float(np.median(rates)) / head
-    return np.where(np.isfinite(factor) & (factor > 0), factor, 1.0)
+    peak = int(np.argmax(head))
+    steps = head[1:peak + 1] / head[:peak]
+    if (steps < 1.0).any() or (steps >= jump).any():
+        return np.ones(k)
+    return float(head[peak]) / head[:k]
 
 
 def _forward_scale(trace: Trace, bins: Bins) -> tuple[float, float]:
