@@ -407,6 +407,9 @@ def test_a_poisson_likelihood_below_zero_with_gradient_spikes_is_healthy(seed: i
     for method in ("heuristic", "probabilistic"):
         hyps = ndb.explain(trace, method=method)
         assert all(h.confidence < 0.5 for h in hyps), (method, hyps[:2])
+    # what_if keeps the causal model's own reading, and says why explain does not claim it
+    answer = ndb.what_if(trace)
+    assert answer.p_failure_factual < 0.5 or answer.metadata.get("explosion_unclaimable")
 
 
 def test_a_policy_gradient_surrogate_near_zero_is_no_plateau():

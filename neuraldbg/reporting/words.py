@@ -398,9 +398,9 @@ def what_if_caveat(metadata: Mapping[str, Any]) -> str:
     From ``metadata`` as :func:`neuraldbg.what_if` sets it: ``"thin_evidence"``, a trace too
     short for a verdict, ``"outside_vocabulary"``, a bug the trace shows that none of the
     model's knobs or causes names, ``"cause_undetermined"``, a failure no known cause takes
-    half of (a change aimed at one cause moves only its share), and ``"plateau_unclaimable"`` or
-    ``"saturation_unclaimable"``, a stall or a saturation the model reads that
-    :func:`neuraldbg.explain` may not claim.
+    half of (a change aimed at one cause moves only its share), and ``"plateau_unclaimable"``,
+    ``"saturation_unclaimable"`` or ``"explosion_unclaimable"``, a stall, a saturation or an
+    explosion the model reads that :func:`neuraldbg.explain` may not claim.
     """
     notes = []
     thin = metadata.get("thin_evidence")
@@ -419,11 +419,13 @@ def what_if_caveat(metadata: Mapping[str, Any]) -> str:
     undetermined = metadata.get("cause_undetermined")
     if isinstance(undetermined, str) and undetermined:
         notes.append(f"Caution: {undetermined.rstrip('.')}.")
-    saturated = metadata.get("saturation_unclaimable")
-    if isinstance(saturated, str) and saturated:
-        notes.append(f"Caution: the causal model reads this run as saturated, but {saturated} "
-                     "(explain does not claim it): read P(failure) as the model's reading, not "
-                     "a verdict.")
+    for key, reading in (("saturation_unclaimable", "saturated"),
+                         ("explosion_unclaimable", "exploding")):
+        why = metadata.get(key)
+        if isinstance(why, str) and why:
+            notes.append(f"Caution: the causal model reads this run as {reading}, but {why} "
+                         "(explain does not claim it): read P(failure) as the model's reading, "
+                         "not a verdict.")
     return " ".join(notes)
 
 
