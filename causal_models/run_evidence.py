@@ -18,7 +18,13 @@ import numpy as np
 
 from neuraldbg.events import rose_after_first_update
 from neuraldbg.model_output import input_rms
-from neuraldbg.run_facts import SCHEME_GAINS, SWING_STEPS, input_swing, recurrent_in_front
+from neuraldbg.run_facts import (
+    SCHEME_GAINS,
+    SWING_STEPS,
+    early_step_inflation,
+    input_swing,
+    recurrent_in_front,
+)
 from neuraldbg.trace import Trace
 
 if TYPE_CHECKING:
@@ -114,7 +120,8 @@ def _grad_ratio(trace: Trace, bins: Bins, cut_off: Collection[str]) -> tuple[str
             else "growing"), ratio
 
 
-def _update(upd: np.ndarray, lr: np.ndarray, bins: Bins) -> tuple[str, float]:
+def _update(upd: np.ndarray, lr: np.ndarray, inflation: np.ndarray, bins: Bins
+            ) -> tuple[str, float]:
     """log10 of the early update ratio ||dW||/||W||: tiny | small | normal | large.
 
     Under a warmup each early step's ratio is taken at the rate the warmup reached (times
@@ -124,10 +131,13 @@ def _update(upd: np.ndarray, lr: np.ndarray, bins: Bins) -> tuple[str, float]:
     ``what_if(lr_scale=1000)``, which the re-run shows trains, still failed). A decay from
     the start keeps the early ratios, which are read at the rate a failure in the first
     steps saw (the run's median would read a cosine-scheduled SGD whose units died at
-    step 18 at half its rate). The zoo's runs keep one rate over their first steps.
+    step 18 at half its rate). The zoo's runs keep one rate over their first steps. Under
+    RMSprop each early step is divided by the optimizer's own inflation of it
+    (:func:`neuraldbg.run_facts.early_step_inflation`: no bias correction, 10x at the first
+    step); ``inflation`` holds it for the first steps.
     """
     k = max(3, len(upd) // 20)
-    head = upd[:k] * _at_warmed_rate(lr, min(k, len(upd)), bins.lr_spike_factor)
+    head = upd[:k] * _at_warmed_rate(lr, min(k, len(upd)), bins.lr_spike_factor) / inflation
     if not np.isfinite(head).any():
         return "nonfinite", float("nan")
     u = float(np.median(log10_abs(head[np.isfinite(head)])))
@@ -216,8 +226,9 @@ def run_states(trace: Trace, blocks: tuple[tuple[str, ...], ...], bins: Bins,
     states["grad_ratio"], features["grad_ratio"] = _grad_ratio(trace, bins, cut_off)
     lr = (steps["lr"].to_numpy(dtype=float) if "lr" in steps
           else np.full(len(steps), np.nan))
-    states["update"], features["update"] = _update(steps["update_ratio"].to_numpy(dtype=float),
-                                                   lr, bins)
+    upd = steps["update_ratio"].to_numpy(dtype=float)
+    k = min(max(3, len(upd) // 20), len(upd))
+    states["update"], features["update"] = _update(upd, lr, early_step_inflation(trace, k), bins)
     gain, inp = _forward_scale(trace, bins)
     states["fwd_gain"] = ("growing" if gain > bins.gain_edge else
                           "shrinking" if gain < -bins.gain_edge else "stable")

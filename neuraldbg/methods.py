@@ -454,8 +454,9 @@ def explain(trace: Trace | str | os.PathLike[str], method: str | DiagnosisMethod
         training plateau is kept below 0.5 (``metadata["thin_evidence"]`` says why) on a
         run too short to stall, a loss still falling, a GAN's players, and, when no cause
         explains it, a loss that fell by more than a stall allows and settled (its task's
-        floor, :func:`neuraldbg.sufficiency.improved_past_a_stall`) or a loss that goes below
-        zero (:func:`neuraldbg.sufficiency.signed_stall_unclaimable`); exploding gradients
+        floor, :func:`neuraldbg.sufficiency.improved_past_a_stall`), and, unless the weights
+        did not move (a rate too low), a loss that goes below zero
+        (:func:`neuraldbg.sufficiency.signed_stall_unclaimable`); exploding gradients
         are, when the gradient norm only spiked in a run that learned and settled
         (:func:`neuraldbg.sufficiency.spikes_while_settled`). A run whose loss fell
         three decades to under 0.01 learned its training data: no hypothesis at 0.5 or
@@ -549,8 +550,8 @@ def _unclaimable_plateau(usable: Trace, hypotheses: Callable[[], list[Hypothesis
     (:func:`neuraldbg.sufficiency.improved_past_a_stall`); and for a plateau whose cause does
     not explain a floor (not one of :data:`FLOOR_CAUSES`, the mismatch only with a squashing
     output), a loss that fell early and then settled
-    (:func:`neuraldbg.sufficiency.fell_early_then_settled`); and for a plateau of unknown
-    cause or of a data problem, a loss that goes below zero
+    (:func:`neuraldbg.sufficiency.fell_early_then_settled`); and for a plateau of any cause
+    but a rate too low, a loss that goes below zero
     (:func:`neuraldbg.sufficiency.signed_stall_unclaimable`). ``hypotheses`` gives the
     method's hypotheses, asked for only in the last three cases.
     """
@@ -564,7 +565,7 @@ def _unclaimable_plateau(usable: Trace, hypotheses: Callable[[], list[Hypothesis
     claim = _plateau_claim(hypotheses())
     if claim is None:
         return None
-    if signed is not None and claim.root_cause in ("unknown", "data_problem"):
+    if signed is not None and claim.root_cause != "learning_rate_too_low":
         return signed
     # a loss-output mismatch explains a floor only where an output squashes before the loss
     # (in the model, or in the loss line: the facts read its softmax off the gradient)

@@ -47,8 +47,8 @@ from neuraldbg.sufficiency import LEARNED_LOSS, output_module
 from neuraldbg.thresholds import require_positive_fields
 from neuraldbg.trace import Trace
 
-__all__ = ["SCHEME_GAINS", "RECURRENT_TYPES", "SWING_STEPS", "recurrent_in_front", "input_swing",
-           "FactWindows", "RunFacts", "gather_facts"]
+__all__ = ["SCHEME_GAINS", "RECURRENT_TYPES", "SWING_STEPS", "RMSPROP_ALPHA", "recurrent_in_front",
+           "input_swing", "early_step_inflation", "FactWindows", "RunFacts", "gather_facts"]
 
 #: Module types of recurrent cells, whose outputs a tanh bounds.
 RECURRENT_TYPES = ("RNN", "GRU", "LSTM", "RNNCell", "GRUCell", "LSTMCell")
@@ -160,7 +160,9 @@ class RunFacts:
         logits is ``rows`` times the mean loss's (:data:`SUMMED_POWER_TOLERANCE`). Under
         SGD every step is then ``rows`` times the one the rate was meant for.
     start_update_ratio : float
-        Update norm / parameter norm across the run's first step (NaN when not measured).
+        Update norm / parameter norm across the run's first step (NaN when not measured),
+        over the optimizer's own inflation of that step (:func:`early_step_inflation`: 10
+        under RMSprop, 1 otherwise).
         Under Adam and its kin the first step moves every weight by about the learning
         rate (the gradient divided by its own scale), so this is the rate against the
         weights' size before anything else could move it; under SGD it is the rate times
@@ -481,7 +483,7 @@ def gather_facts(trace: Trace, states: StateTable, dyn: LossDynamics,
         grad_kept=_grad_kept(trace),
         loss_improved=_loss_improved(trace, win), output_type=output_type,
         start_grad_ratio=_first_ratio(trace, "grad_norm") / summed, loss_summed_rows=summed,
-        start_update_ratio=_first_ratio(trace, "update_norm"),
+        start_update_ratio=_first_ratio(trace, "update_norm") / early_step_inflation(trace, 1)[0],
         early_overshoot=_early_overshoot(trace, win), loss_spikes=len(dyn.spike_steps),
         input_swing=input_swing(trace, names[int(np.argmax(weight))]) if weight.any()
         else math.nan,
@@ -1014,6 +1016,28 @@ def input_swing(trace: Trace, module: str) -> float:
     if len(ratio) < SWING_MIN_STEPS:
         return math.nan
     return float(np.percentile(np.abs(np.diff(np.log10(ratio))), 90))
+
+
+#: RMSprop's default smoothing constant. Its running average of squared gradients starts at
+#: zero without a bias correction, so its t-th step is 1 / sqrt(1 - alpha^t) times the rate's
+#: steady step: 10x at the first step, 2.3x by the 20th (Adam corrects that bias).
+RMSPROP_ALPHA = 0.99
+
+
+def early_step_inflation(trace: Trace, n: int) -> np.ndarray:
+    """How much larger than the rate's steady step each of the first ``n`` steps was.
+
+    ``1 / sqrt(1 - alpha^t)`` at step t under RMSprop (:data:`RMSPROP_ALPHA`, PyTorch's
+    default: the trace does not record the optimizer's settings), 1 under every other
+    optimizer. A new user's RMSprop at 1e-2 moved the weights by 1.2-1.3 of their norm at
+    its first step, the mark of a rate too high under Adam, on runs whose clean twins train.
+    """
+    named = trace.meta.get("optimizer_class")
+    names = [named] if isinstance(named, str) else list(named or [])
+    if not names or any(str(name).lower() != "rmsprop" for name in names):
+        return np.ones(n)
+    t = np.arange(1, n + 1, dtype=float)
+    return 1.0 / np.sqrt(1.0 - RMSPROP_ALPHA ** t)
 
 
 def _step_scales_with_gradient(trace: Trace) -> bool:

@@ -647,9 +647,10 @@ def signed_stall_unclaimable(trace: Trace) -> str | None:
     does not fall while the weights move may be a surrogate that does not track progress: a
     policy gradient's ``-(r - b) log pi(a)`` hovers near zero while the policy learns (a new
     user's REINFORCE bandits at 0.95 greedy accuracy were plateaus at 0.70-0.98; logging
-    ``1 - reward`` instead made them healthy). :func:`neuraldbg.methods.explain` keeps a
-    plateau of unknown cause or of a data problem below 0.5 on such a loss; a stall whose
-    weights did not move (a rate too low) is still claimed.
+    ``1 - reward`` instead made them healthy; with a value head the loss left unused, a
+    "blocked gradient" at 1.00). :func:`neuraldbg.methods.explain` keeps a plateau below
+    0.5 on such a loss whatever its cause but a rate too low: a stall whose weights did not
+    move is still claimed.
     """
     if "loss_floor" not in trace.meta:
         return None

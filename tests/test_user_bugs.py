@@ -18,6 +18,7 @@ from torch import nn
 
 import neuraldbg as ndb
 from neuraldbg.events import loss_dynamics
+from neuraldbg.methods import heuristic_diagnosis
 from neuraldbg.outside_vocabulary import batchnorm_off_factor, narrow_layer
 from neuraldbg.reporting import summarize_run, verdict
 from neuraldbg.sufficiency import output_module
@@ -427,6 +428,22 @@ def test_labels_with_no_signal_under_adam_are_not_read_as_a_rate_too_high(seed: 
             (method, claimed)  # ... of no cause a knob fixes
     assert ndb.what_if(stalled, lr_scale=0.1).p_failure >= 0.5
     _assert_healthy(run(Y))  # the same rate trains on the true labels
+
+
+def test_rmsprop_s_uncorrected_first_step_reads_at_its_rate() -> None:
+    # RMSprop's running average of squared gradients starts at zero with no bias
+    # correction: its first step is 10x the rate's steady one (at PyTorch's alpha 0.99), so
+    # a new user's RMSprop at 1e-2 moved the weights by 1.2-1.3 of their norm, the mark of a
+    # rate too high under Adam, on runs whose clean twins train. Read at the rate, the first
+    # step is Adam's.
+    std = (X - X.mean(0)) / (X.std(0) + 1e-6)
+    first = {}
+    for name, make in (("adam", torch.optim.Adam), ("rmsprop", torch.optim.RMSprop)):
+        model = _wide_mlp(0)
+        trace = _train(model, make(model.parameters(), lr=1e-3), F.cross_entropy, Y,
+                       inputs=std, steps=30)
+        first[name] = heuristic_diagnosis(trace).facts.start_update_ratio
+    assert 0.5 < first["rmsprop"] / first["adam"] < 2.0, first
 
 
 def test_an_adam_rate_a_warmup_grows_too_high_is_still_named() -> None:
