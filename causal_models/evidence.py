@@ -317,7 +317,12 @@ def observe_cause_signs(trace: Trace, facts: Any, bins: Bins | None = None
     (:attr:`neuraldbg.run_facts.RunFacts.start_grad_ratio`), ``small`` when below
     ``bins.start_grad_ratio_low`` times under an optimizer whose step grows with the
     gradient (SGD: the steps are then small at any rate; Adam's are not, and a healthy
-    autoencoder under Adam starts at 0.0014), else ``normal`` (also when not measured).
+    autoencoder under Adam starts at 0.0014), else ``normal`` (also when not measured, and
+    under Adam and its kin when a few records far off the rest swing the first layer's
+    output, :attr:`neuraldbg.run_facts.RunFacts.input_swing` above
+    ``bins.input_swing_high``: the first step's gradient is then theirs, and read as the
+    init's it named ``init_scale_too_large`` at 0.52-0.92 on a new user's tables with 99999
+    codes; under SGD it still says why the steps were large).
 
     Parameters
     ----------
@@ -349,7 +354,12 @@ def observe_cause_signs(trace: Trace, facts: Any, bins: Bins | None = None
                              facts.calm_nonfinite_step, facts.nonfinite_entry_step)
                  if s is not None), None)
     features["nonfinite_source"] = float("nan") if step is None else float(step)
-    ratio = float(facts.start_grad_ratio)
+    # a few records far off the rest make the first step's gradient theirs, not the init's;
+    # under SGD it also says why the steps were large (else the rate takes it), under Adam
+    # and its kin, whose steps it does not size, it only misleads
+    outliers = (float(facts.input_swing) > b.input_swing_high
+                and not facts.step_scales_with_gradient)
+    ratio = float("nan") if outliers else float(facts.start_grad_ratio)
     states["start_grad"] = ("large" if ratio > b.start_grad_ratio_high
                             else "small" if (ratio < b.start_grad_ratio_low
                                              and facts.step_scales_with_gradient)
