@@ -240,7 +240,8 @@ def _loss_states(steps: pd.DataFrame, bounds: list[int], onset: int | None,
 
 def discretize(trace: Trace, *, n_slices: int = 4, n_blocks: int = 3,
                bins: Bins | None = None, slices: bool = True,
-               cut_off: Collection[str] = ()) -> Discretized:
+               cut_off: Collection[str] = (), input_swing: float = float("nan")
+               ) -> Discretized:
     """Turn a trace into the discrete evidence of the time-sliced network.
 
     Parameters
@@ -260,6 +261,9 @@ def discretize(trace: Trace, *, n_slices: int = 4, n_blocks: int = 3,
         Modules the backward never reached
         (:attr:`neuraldbg.run_facts.RunFacts.blocked_modules`), left out of the gradient
         ratio.
+    input_swing : float, default=NaN
+        :attr:`neuraldbg.run_facts.RunFacts.input_swing`: above ``bins.input_swing_high``,
+        the input magnitude is read past the records far off the rest.
 
     Returns
     -------
@@ -296,7 +300,7 @@ def discretize(trace: Trace, *, n_slices: int = 4, n_blocks: int = 3,
         features[slice_node("loss", t)] = loss_feats[t]
 
     _block_states(trace, blocks, bounds, bins, states, features, surged=surge is not None)
-    run_states(trace, blocks, bins, states, features, cut_off)
+    run_states(trace, blocks, bins, states, features, cut_off, input_swing)
     return Discretized(states=states, slices=windows, blocks=blocks, onset_step=onset,
                        features=features)
 

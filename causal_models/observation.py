@@ -61,7 +61,8 @@ def _observe(trace: Trace, n_slices: int, n_blocks: int, bins: Bins | None,
              rule_evidence: bool, cause_states: tuple[str, ...], slices: bool) -> Discretized:
     diagnosis = heuristic_diagnosis(trace)  # the heuristic reasoner: its verdict and run facts
     disc = discretize(trace, n_slices=n_slices, n_blocks=n_blocks, bins=bins, slices=slices,
-                      cut_off=diagnosis.facts.blocked_modules)
+                      cut_off=diagnosis.facts.blocked_modules,
+                      input_swing=diagnosis.facts.input_swing)
     disc.states.update(observe_knobs(trace, bins))
     for hyp in diagnosis.hypotheses:  # module-resolution onsets, read as a sensor
         disc.events.setdefault(hyp.failure_type, (hyp.origin_layer, hyp.origin_step))

@@ -22,7 +22,6 @@ from neuraldbg.run_facts import (
     SCHEME_GAINS,
     SWING_STEPS,
     early_step_inflation,
-    input_swing,
     recurrent_in_front,
 )
 from neuraldbg.trace import Trace
@@ -164,14 +163,14 @@ def _at_warmed_rate(lr: np.ndarray, k: int, jump: float) -> np.ndarray:
     return float(head[peak]) / head[:k]
 
 
-def _forward_scale(trace: Trace, bins: Bins) -> tuple[float, float]:
+def _forward_scale(trace: Trace, bins: Bins, swing: float) -> tuple[float, float]:
     """The forward gain and the input scale, at the first recorded step.
 
     The gain is the activation scale of the last third of the weighted layers over the first
     third's (decades); the input scale is the first weighted layer's output scale, or the
     model's input read by the capture behind a recurrent first layer (which bounds its
     output). When a few records far off the rest make that layer's output range swing
-    from batch to batch (:func:`neuraldbg.run_facts.input_swing` above
+    from batch to batch (``swing``, :attr:`neuraldbg.run_facts.RunFacts.input_swing`, above
     ``bins.input_swing_high``), the input scale is its lowest over the first recorded steps,
     those of batches without them.
     """
@@ -186,13 +185,14 @@ def _forward_scale(trace: Trace, bins: Bins) -> tuple[float, float]:
         if weighted:
             std = log10_abs(s0.loc[weighted, "act_std"].to_numpy(dtype=float))
             inp = float(std[0])
-            if input_swing(trace, weighted[0]) > bins.input_swing_high:
+            if swing > bins.input_swing_high:
                 # a few records far off the rest set the first step's scale: the inputs'
                 # own is that of the steps whose batches held none
                 early = stats[stats["module_name"] == weighted[0]].sort_values("step")
                 early_std = log10_abs(early["act_std"].to_numpy(dtype=float)[:SWING_STEPS])
-                if np.isfinite(early_std).any():
-                    inp = float(np.nanmin(np.where(np.isfinite(early_std), early_std, np.nan)))
+                early_std = early_std[np.isfinite(early_std)]
+                if len(early_std):
+                    inp = float(early_std.min())
             types = [str(mods.at[m, "module_type"]) for m in trace.module_names]
             if recurrent_in_front(types, trace.module_names.index(weighted[0])):
                 # the input the capture read, at the scale a layer of PyTorch's default
@@ -212,11 +212,12 @@ def _forward_scale(trace: Trace, bins: Bins) -> tuple[float, float]:
 
 def run_states(trace: Trace, blocks: tuple[tuple[str, ...], ...], bins: Bins,
                states: dict[str, str], features: dict[str, float],
-               cut_off: Collection[str] = ()) -> None:
+               cut_off: Collection[str] = (), input_swing: float = float("nan")) -> None:
     """Fill ``states`` and ``features`` with the run-level evidence (this module's docstring).
 
     Progress, gradient spikes, gradient ratio (over the weighted layers not in ``cut_off``);
-    on the knobs: update ratio, forward gain, input magnitude.
+    on the knobs: update ratio, forward gain, input magnitude (read past records far off the
+    rest when ``input_swing``, the run facts' reading, says they swing the first layer).
     """
     steps = trace.steps
     states["progress"], features["progress"] = _progress(steps["loss"].to_numpy(dtype=float),
@@ -229,7 +230,7 @@ def run_states(trace: Trace, blocks: tuple[tuple[str, ...], ...], bins: Bins,
     upd = steps["update_ratio"].to_numpy(dtype=float)
     k = min(max(3, len(upd) // 20), len(upd))
     states["update"], features["update"] = _update(upd, lr, early_step_inflation(trace, k), bins)
-    gain, inp = _forward_scale(trace, bins)
+    gain, inp = _forward_scale(trace, bins, input_swing)
     states["fwd_gain"] = ("growing" if gain > bins.gain_edge else
                           "shrinking" if gain < -bins.gain_edge else "stable")
     states["input_mag"] = "large" if np.isfinite(inp) and inp > bins.input_large else "normal"
