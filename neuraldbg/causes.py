@@ -300,13 +300,18 @@ def _rate_borne_out(facts: RunFacts, cfg: ThresholdConfig, w: CauseWeights) -> f
     weights' rms whatever the run does (see ``ThresholdConfig.adaptive_rate_first_step``):
     the larger of the supports for a first step large against the weights and for a loss
     that overshot its start, or 1 when the loss spiked (a rate a warmup grew too high).
+    The overshoot does not count where the optimizer inflated its own first steps
+    (RMSprop): any rate it trains at overshoots, and its first step, read at the rate,
+    stands for it.
     """
     if facts.step_scales_with_gradient or facts.loss_spikes:
         return 1.0
-    return max(logistic_support(facts.start_update_ratio, cfg.adaptive_rate_first_step,
-                                decades=w.adaptive_rate_decades),
-               logistic_support(facts.early_overshoot, cfg.early_overshoot_high,
-                                decades=w.overshoot_decades))
+    first = logistic_support(facts.start_update_ratio, cfg.adaptive_rate_first_step,
+                             decades=w.adaptive_rate_decades)
+    if facts.early_steps_inflated:
+        return first
+    return max(first, logistic_support(facts.early_overshoot, cfg.early_overshoot_high,
+                                       decades=w.overshoot_decades))
 
 
 def _put_script_bugs(cands: _Candidates, s: _Shared, bugs: ScriptBugs) -> None:

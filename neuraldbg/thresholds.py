@@ -219,7 +219,9 @@ class ThresholdConfig:
         ... the largest loss of the run's first tenth over its first loss
         (:attr:`neuraldbg.run_facts.RunFacts.early_overshoot`) above this bears a high
         median out too: zoo rates too high 2.3-106, runs that learn or stall 1.0-1.1 (up
-        to 1.5 on a noisy minibatch loss).
+        to 1.5 on a noisy minibatch loss). Not under RMSprop, whose own inflated first
+        steps overshoot at any rate it trains at
+        (:attr:`neuraldbg.run_facts.RunFacts.early_steps_inflated`).
     init_gain_low : float, default=0.12
         ... below this (a fifth of the default) an init too small.
     weight_scale_high : float, default=4.0

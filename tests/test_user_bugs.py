@@ -446,6 +446,34 @@ def test_rmsprop_s_uncorrected_first_step_reads_at_its_rate() -> None:
     assert 0.5 < first["rmsprop"] / first["adam"] < 2.0, first
 
 
+@pytest.mark.parametrize("seed", [1, 2])
+def test_rmsprop_s_early_overshoot_on_labels_with_no_signal_is_not_the_rate(seed: int) -> None:
+    # RMSprop's uncorrected first steps (10x the rate's steady step) overshoot the loss at
+    # any rate it trains at: a tanh MLP at 1e-2 on digits overshoots 1.5-3.2x and trains
+    # to 0.95. On shuffled labels the same loop overshoots as much, stalls at chance with
+    # saturated units, and a new user's runs got learning_rate_too_high at 0.79-0.95 from
+    # both methods, where a rate ten times lower stalls too. The overshoot is the
+    # optimizer's, not the rate's evidence.
+    g = torch.Generator().manual_seed(seed)
+    shuffled = Y[torch.randperm(len(Y), generator=g)]
+
+    def run(labels: torch.Tensor) -> ndb.Trace:
+        torch.manual_seed(seed)
+        model = nn.Sequential(nn.Linear(64, 64), nn.Tanh(), nn.Linear(64, 64), nn.Tanh(),
+                              nn.Linear(64, 10))
+        return _train(model, torch.optim.RMSprop(model.parameters(), lr=1e-2),
+                      F.cross_entropy, labels, steps=300,
+                      generator=torch.Generator().manual_seed(seed))
+
+    stalled = run(shuffled)
+    assert stalled.steps["loss"].iloc[-30:].median() > 2.0  # nothing learned
+    assert heuristic_diagnosis(stalled).facts.early_overshoot > 1.5  # the optimizer's
+    for method in ("heuristic", "probabilistic"):
+        claimed = [h for h in ndb.explain(stalled, method=method) if h.confidence >= 0.5]
+        assert all(h.root_cause != "learning_rate_too_high" for h in claimed), (method, claimed)
+    _assert_healthy(run(Y))  # the same rate trains on the true labels
+
+
 def test_an_adam_rate_a_warmup_grows_too_high_is_still_named() -> None:
     # the guard of the test above: a warmup starts Adam's steps as small as there (the
     # first moves the weights by 0.17 of their norm) and grows the rate to 1.0 by step 100;
