@@ -169,6 +169,10 @@ class CauseWeights:
         ``decades`` of the supports that bear a high median update ratio out under Adam
         and its kin (``ThresholdConfig.adaptive_rate_first_step``): the median's support
         for the rate is capped at the larger of them.
+    weight_growth_decades : float, default=0.15
+        ``decades`` of the support for "the weights grew far past their start" under Adam
+        and its kin (``ThresholdConfig.adaptive_weight_growth_high``): 11x reads about
+        0.13, 23x about 0.94.
     overshoot_decades : float, default=0.15
         ``decades`` of the support for "the loss overshot its start"
         (``ThresholdConfig.early_overshoot_high``): a factor 2.8 reads about 0.75, 1.4 about 0.25.
@@ -308,6 +312,7 @@ class CauseWeights:
     start_grad_decades: float = 0.25
     start_update_decades: float = 0.25
     adaptive_rate_decades: float = 0.25
+    weight_growth_decades: float = 0.15
     overshoot_decades: float = 0.15
     lr_from_start: float = 0.1
     lr_jump: float = 0.95

@@ -262,10 +262,15 @@ def _shared(from_start: bool, facts: RunFacts, cfg: ThresholdConfig, w: CauseWei
     # larger than the weights is a rate too high, though the weights it inflates make
     # every later ratio small (an LSTM at Adam's 1.0: 7.0 at the first step, the run's
     # median 0.005)
+    # ... and so does a rate that grew the weights far past their start (a warmup that
+    # takes Adam's rate to 1.0: small first steps, then weights 23-29x theirs, units dead)
     small_weights, first_step = (
         (0.0, 0.0) if facts.step_scales_with_gradient else
-        (init_small, logistic_support(facts.start_update_ratio, cfg.start_update_ratio_high,
-                                      decades=w.start_update_decades)))
+        (init_small, max(logistic_support(facts.start_update_ratio, cfg.start_update_ratio_high,
+                                          decades=w.start_update_decades),
+                         logistic_support(facts.early_weight_growth,
+                                          cfg.adaptive_weight_growth_high,
+                                          decades=w.weight_growth_decades))))
     steady = min(logistic_support(ur, cfg.update_ratio_high), _rate_borne_out(facts, cfg, w))
     lr_high = (max(steady, first_step)
                * (1.0 - w.lr_confound_share * max(inputs, init_large, small_weights))

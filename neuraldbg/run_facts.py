@@ -174,6 +174,16 @@ class RunFacts:
         weights off in its first steps and the loss overshoots its start (zoo: 2.3-106 on
         the rates that kill ReLU units, 2.3-8.2 on an LSTM at 0.3-1.0); a run that learns
         or that stalls on labels with no signal stays within about 1.1 of it.
+    early_weight_growth : float
+        The parameter norm's largest value over the run's first quarter (at least
+        :data:`GROWTH_MIN_STEPS` steps) over its value at the first step, read against
+        the default init's scale when the weights started smaller (``weight_scale`` below
+        1: weights far smaller than the default grow at any rate); NaN when not measured.
+        Adam and its kin move every weight by about the rate at every step, so a rate too
+        high grows the weights far past their init within a few dozen steps, whatever the
+        loss or the later update ratios show (the weights it inflated make those small):
+        zoo and probe rates too high 15-72x; runs that train at high workable rates
+        (Adam 1e-2 to 0.1, a fine-tuned body at 100x its rate, unscaled targets) 2-8x.
     early_steps_inflated : bool
         Whether the optimizer's first steps outgrow the rate's steady step
         (:func:`early_step_inflation` above 1: RMSprop, whose uncorrected average of squared
@@ -385,6 +395,7 @@ class RunFacts:
     start_update_ratio: float = math.nan
     early_overshoot: float = math.nan
     early_steps_inflated: bool = False
+    early_weight_growth: float = math.nan
     loss_spikes: int = 0
     input_swing: float = math.nan
     weight_scale: float = math.nan
@@ -466,6 +477,7 @@ def gather_facts(trace: Trace, states: StateTable, dyn: LossDynamics,
     rows = np.flatnonzero(states.measures["observed"].any(axis=1))
     scales = _first_step_scales(trace, states, weight, rows, win)
     inflation = float(early_step_inflation(trace, 1)[0])
+    weight_scale = _weight_scale(trace)
     # what the loss receives: a softmax or sigmoid the forward applies after its last
     # module (F.softmax(self.fc(x))) counts as that module would
     out = output_module(trace)
@@ -497,7 +509,8 @@ def gather_facts(trace: Trace, states: StateTable, dyn: LossDynamics,
         loss_spikes=len(dyn.spike_steps),
         input_swing=input_swing(trace, names[int(np.argmax(weight))]) if weight.any()
         else math.nan,
-        weight_scale=_weight_scale(trace),
+        weight_scale=weight_scale,
+        early_weight_growth=_early_weight_growth(trace, weight_scale),
         step_scales_with_gradient=_step_scales_with_gradient(trace),
         output_dead=_output_dead(states, last),
         **_symmetry(trace, states.config.row_diversity_low),
@@ -986,6 +999,24 @@ def _first_ratio(trace: Trace, column: str) -> float:
     if not (math.isfinite(value) and math.isfinite(param) and param > 0):
         return math.nan
     return value / param
+
+
+#: The fewest steps :attr:`RunFacts.early_weight_growth` is read over (a quarter of the run
+#: when longer).
+GROWTH_MIN_STEPS = 10
+
+
+def _early_weight_growth(trace: Trace, weight_scale: float) -> float:
+    """How far the weights grew over the run's first quarter (:class:`RunFacts`)."""
+    norm = (trace.steps["param_norm"].to_numpy(dtype=float)
+            if "param_norm" in trace.steps else np.array([]))
+    if len(norm) < GROWTH_MIN_STEPS or not (math.isfinite(norm[0]) and norm[0] > 0):
+        return math.nan
+    early = norm[: max(GROWTH_MIN_STEPS, len(norm) // 4)]
+    early = early[np.isfinite(early)]
+    start = norm[0] / min(1.0, weight_scale) if math.isfinite(weight_scale) and weight_scale > 0 \
+        else norm[0]
+    return float(early.max() / start)
 
 
 def _early_overshoot(trace: Trace, win: FactWindows) -> float:

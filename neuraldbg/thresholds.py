@@ -215,6 +215,13 @@ class ThresholdConfig:
         -999 in 5% of a standardised table: 2.1-2.3; the same table standardised with the
         codes in, 1.15-1.24; 1,600 zoo and probe traces without such records: at most
         1.19, an unclipped LSTM whose weights blow up).
+    adaptive_weight_growth_high : float, default=15.0
+        Under Adam and its kin, weights grown more than this many times their start over
+        the run's first quarter (:attr:`neuraldbg.run_facts.RunFacts.early_weight_growth`)
+        are a rate too high, as a first step larger than the weights is: a warmup that
+        grows Adam's rate to 1.0 starts with steps of 0.3 of the weights, then inflates
+        them 23-29x and kills the units (runs that train at workable high rates: 2-8x;
+        up to 11x on an AdamW at 30x its rate that still trains).
     early_overshoot_high : float, default=2.0
         ... the largest loss of the run's first tenth over its first loss
         (:attr:`neuraldbg.run_facts.RunFacts.early_overshoot`) above this bears a high
@@ -401,6 +408,7 @@ class ThresholdConfig:
     start_grad_ratio_low: float = 3e-3
     start_update_ratio_high: float = 1.0
     adaptive_rate_first_step: float = 0.25
+    adaptive_weight_growth_high: float = 15.0
     early_overshoot_high: float = 2.0
     input_swing_high: float = 1.5
     init_gain_low: float = 0.12

@@ -494,6 +494,37 @@ def test_an_adam_rate_a_warmup_grows_too_high_is_still_named() -> None:
             (method, top)
 
 
+@pytest.mark.parametrize("seed", [2, 4])
+def test_a_short_warmup_to_a_rate_that_inflates_the_weights_is_named(seed: int) -> None:
+    # A warmup over 40 steps takes Adam's rate to 1.0: the first step moves the weights by
+    # 0.3 of their norm, the loss overshoots about 2x with no spike, the units die and the
+    # inflated weights make every later update ratio small. A new user's runs read
+    # unknown (0.67-0.86) from both methods (the network here: a negative bias init at
+    # 0.53 on seed 2), and what_if(lr_scale=0.1) said 0.98 where the
+    # re-runs at 0.1 train to 0.965. The weights grew 23-25x their start in the run's first
+    # quarter: under Adam that is the rate's doing (workable rates grow them 2-8x).
+    def run(peak: float) -> ndb.Trace:
+        torch.manual_seed(seed)
+        model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(),
+                              nn.Linear(64, 10))
+        opt = torch.optim.Adam(model.parameters(), lr=peak)
+        warmup = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: min(1.0, (i + 1) / 40))
+        return _train(model, opt, F.cross_entropy, Y, steps=400,
+                      generator=torch.Generator().manual_seed(seed),
+                      after_step=lambda i, loss: warmup.step())
+
+    trace = run(1.0)
+    assert trace.steps["loss"].iloc[-40:].median() > 2.0  # at chance
+    facts = heuristic_diagnosis(trace).facts
+    assert facts.loss_spikes == 0 and facts.early_weight_growth > 15.0
+    for method in ("heuristic", "probabilistic"):
+        top = ndb.explain(trace, method=method)[0]
+        assert top.root_cause == "learning_rate_too_high" and top.confidence >= 0.5, \
+            (method, top)
+    assert ndb.what_if(trace, lr_scale=0.01).p_failure < 0.5
+    _assert_healthy(run(1e-2))
+
+
 @pytest.mark.parametrize("seed", [2, 3])
 def test_a_missing_value_code_in_a_few_records_is_a_data_problem_not_the_input_scale(
         seed: int) -> None:
