@@ -200,6 +200,13 @@ class CurveWindows:
         decades: the zoo's 44 healthy runs at their default knobs reach at most 20x
         (healthy_cnn_bn), while weights 20-30x too large start at ~600-2000 and settle near
         chance (~2) within the first window.
+    transient_floor : float, default=0.01
+        ... unless the second window's median is already below this: a loss that fell to
+        the bottom within the first tenth of the run learned, and whatever it did after is
+        measured from its start (full-batch training of a graph network: 1.39 to 0.0003
+        by step 30, then 0.0019 at the end as weight decay pulls on the weights, read as a
+        transient and a full stall; the zoo's transients all settle near chance, 2.29-2.54).
+        The level :data:`neuraldbg.sufficiency.LEARNED_LOSS` calls the bottom.
     early_rise_factor : float, default=2.0
         A first window whose median is this many times the first loss rose right after the
         first update: the improvement is then measured from the first loss (taken on the
@@ -214,6 +221,7 @@ class CurveWindows:
     improvement_floor: float = 1e-12
     lower_quantile: float = 0.25
     transient_factor: float = 100.0
+    transient_floor: float = 0.01
     early_rise_factor: float = 2.0
 
     def __post_init__(self) -> None:
@@ -447,7 +455,8 @@ def _improvement(c: _Columns, cfg: ThresholdConfig, win: CurveWindows, stop: int
     settled = improvement
     if m >= 3 * w:
         second = float(np.median(fin_prefix[w:2 * w]))
-        if second > 0 and np.max(fin_prefix[:w]) >= win.transient_factor * second:
+        if (win.transient_floor <= second
+                and np.max(fin_prefix[:w]) >= win.transient_factor * second):
             settled = float((second - last) / max(second, win.improvement_floor))
     out["settled"] = settled
     out["stall"] = float(np.clip(1.0 - settled / win.stall_improvement, 0.0, 1.0))
