@@ -269,7 +269,10 @@ def gradient_norm_pinned(trace: Trace) -> str | None:
     Pinned: over :data:`MIN_STEPS` or more measured steps, :data:`PINNED_SHARE` of the
     finite, positive global gradient norms lie within :data:`PINNED_TOLERANCE` of their
     median (``torch.nn.utils.clip_grad_norm_`` rescales every gradient above ``max_norm`` to
-    it).
+    it). Not when the loss is pinned as well: then the gradient did not change because
+    nothing did (the whole data set as one batch, weights a rate of 1e-6 left in place: a
+    graph network's gradient norm held within 1e-3 at 99% of its steps, with no clip in
+    the script, and its rate too low was read as a clip too tight).
     """
     if "grad_norm" not in trace.steps:
         return None
@@ -277,14 +280,21 @@ def gradient_norm_pinned(trace: Trace) -> str | None:
     g = g[np.isfinite(g) & (g > 0)]
     if len(g) < MIN_STEPS:
         return None
-    c = float(np.median(g))
-    share = float(np.mean(np.abs(g - c) <= PINNED_TOLERANCE * c))
-    if share < PINNED_SHARE:
+    c, share = float(np.median(g)), _pinned_share(g)
+    if share < PINNED_SHARE or _pinned_share(_finite_losses(trace)[1]) >= PINNED_SHARE:
         return None
     return (f"the gradient norm is {c:.3g} at {share:.0%} of the steps, as a gradient clip "
             f"(clip_grad_norm_ with max_norm={c:.3g}) that caps every step makes it: each "
             "update is capped at the learning rate times that norm, so the clip, not the "
             "rate, keeps them small; is max_norm far too tight?")
+
+
+def _pinned_share(values: np.ndarray) -> float:
+    """Share of ``values`` within :data:`PINNED_TOLERANCE` of their median (0 when empty)."""
+    if len(values) == 0:
+        return 0.0
+    c = float(np.median(values))
+    return float(np.mean(np.abs(values - c) <= PINNED_TOLERANCE * abs(c)))
 
 
 def weights_collapsed(trace: Trace) -> str | None:

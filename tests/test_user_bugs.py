@@ -6,6 +6,7 @@ Each failing run has a twin that differs only by the bug; the heuristic must nam
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Iterator
 
@@ -1550,6 +1551,24 @@ def test_a_clip_that_caps_every_step_is_named_not_a_low_rate() -> None:
     twin = _train_clipped(1.0)
     for method in ("heuristic", "probabilistic"):
         assert not any(h.confidence >= 0.5 for h in ndb.explain(twin, method=method)), method
+
+
+def test_a_gradient_that_never_changes_under_a_rate_far_too_low_is_no_clip() -> None:
+    """The whole data set as one batch at SGD's 1e-6: the weights stay put, so the gradient
+    is the same at every step, its norm within 1e-3 of one value as a clip that caps every
+    step makes it. A new user's graph network (no clip in the script) got the clip-too-tight
+    hint as the cause (unknown, 0.99-1.00) over a rate too low. The loss held as still as
+    the gradient says nothing moved, which a clip does not do."""
+    model = _mlp()
+    trace = _train(model, torch.optim.SGD(model.parameters(), lr=1e-6), F.cross_entropy, Y,
+                   steps=200, batches=itertools.repeat(torch.arange(len(X))))
+    g = trace.steps["grad_norm"].to_numpy()
+    assert np.mean(np.abs(g / np.median(g) - 1) <= 1e-3) >= 0.9  # pinned, as under a clip
+    for method in ("heuristic", "probabilistic"):
+        top = ndb.explain(trace, method=method)[0]
+        assert top.failure_type == "training_plateau" and top.confidence >= 0.5, (method, top)
+        assert top.root_cause == "learning_rate_too_low", (method, top, top.metadata)
+        assert "max_norm" not in top.metadata.get("hint", ""), (method, top.metadata)
 
 
 @pytest.mark.parametrize("weight_decay, bug", [(1.0, True), (1e-3, False)])
