@@ -49,6 +49,7 @@ from neuraldbg.outside_vocabulary import (
     claim_unknown,
     frozen_weights,
     loss_unbounded_below,
+    modules_never_run,
     name_cause_unknown,
 )
 from neuraldbg.ranks import combine_ranks
@@ -478,6 +479,12 @@ def explain(trace: Trace | str | os.PathLike[str], method: str | DiagnosisMethod
     frozen = frozen_weights(usable)
     if frozen:
         return claim_unknown(hypotheses, frozen, usable)
+    never_run = modules_never_run(usable)
+    if never_run:  # no gradient ever reached most of the weights the optimizer holds
+        what, first = never_run
+        return claim_unknown(hypotheses, what, usable, failure_type="vanishing_gradients",
+                             origin=(first, int(usable.steps["step"].min())),
+                             root_cause="gradient_blocked")
     hint = cause_outside_vocabulary(usable, hypotheses)
     if hint:
         hypotheses = name_cause_unknown(hypotheses, hint)
@@ -663,8 +670,10 @@ def what_if(trace: Trace | str | os.PathLike[str],
     reading = _factual_reading(answer)
     unclaimable = (_unclaimable_plateau(usable, lambda: list(engine.explain(usable)))
                    if reading == "training_plateau" else None)
+    never_run = modules_never_run(usable)
     said = {"thin_evidence": _no_verdict(usable),
             "outside_vocabulary": (loss_unbounded_below(usable) or frozen_weights(usable)
+                                   or (never_run[0] if never_run else None)
                                    or cause_outside_vocabulary(usable, [])),
             "plateau_unclaimable": unclaimable,
             "saturation_unclaimable": (confident_output(usable)

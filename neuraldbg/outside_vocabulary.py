@@ -56,7 +56,8 @@ __all__ = ["FROZEN_CONFIDENCE", "NO_GRADIENT_HINT", "NO_STEP_HINT", "OTHER_PARAM
            "claim_unknown", "gradient_norm_pinned", "weights_collapsed", "batchnorm_off_factor",
            "batchnorm_off",
            "batchnorm_not_normalising", "batchnorm_hint", "name_cause_unknown",
-           "parameters_outside_optimizer", "frozen_layers_upstream", "HEAVY_DROPOUT",
+           "parameters_outside_optimizer", "NEVER_RUN_SHARE", "modules_never_run",
+           "frozen_layers_upstream", "HEAVY_DROPOUT",
            "heavy_dropout", "NARROW_UNITS", "narrow_layer", "ZERO_GRADIENT_SHARE",
            "output_gradient_zero", "cause_outside_vocabulary", "UNBOUNDED_FALL",
            "UNBOUNDED_MIN_STEPS", "loss_unbounded_below", "claim_unbounded_loss"]
@@ -166,8 +167,9 @@ def frozen_weights(trace: Trace, min_steps: int = MIN_STEPS) -> str | None:
 
 def claim_unknown(hypotheses: list[Hypothesis], reason: str, trace: Trace, *,
                   failure_type: str = "training_plateau",
-                  origin: tuple[str, int] | None = None) -> list[Hypothesis]:
-    """A failure the trace shows, claimed with cause ``unknown``.
+                  origin: tuple[str, int] | None = None,
+                  root_cause: str = "unknown") -> list[Hypothesis]:
+    """A failure the trace shows, claimed with cause ``unknown`` (or ``root_cause``).
 
     By default the stall of a model that never moved.
 
@@ -185,9 +187,9 @@ def claim_unknown(hypotheses: list[Hypothesis], reason: str, trace: Trace, *,
     if failure is None:
         layer, step = origin or (str(next(iter(trace.module_names), "")),
                                  int(trace.steps["step"].min()))
-        failure = Hypothesis(failure_type=failure_type, root_cause="unknown",
+        failure = Hypothesis(failure_type=failure_type, root_cause=root_cause,
                              origin_layer=layer, origin_step=step, confidence=confidence)
-    claim = dataclasses.replace(failure, root_cause="unknown", confidence=confidence,
+    claim = dataclasses.replace(failure, root_cause=root_cause, confidence=confidence,
                                 metadata={**failure.metadata, "hint": reason})
     return [claim] + hedge([h for h in ranked if h is not failure], reason)
 
@@ -359,6 +361,54 @@ def parameters_outside_optimizer(trace: Trace) -> str | None:
             "the optimizer does not hold their parameters (built from part of the model, "
             "e.g. model.fc.parameters(), or before a layer was added); build it from "
             "model.parameters(), or set requires_grad=False on what is frozen on purpose")
+
+
+#: Share of the trainable parameters that modules which never ran with gradients must hold
+#: for :func:`modules_never_run` to name them (an auxiliary head defined and left unused
+#: holds a few percent).
+NEVER_RUN_SHARE = 0.5
+
+
+def modules_never_run(trace: Trace) -> tuple[str, str] | None:
+    """(what to check, the first module) when most trained weights never got a gradient.
+
+    Over :data:`MIN_STEPS` or more recorded steps, modules whose parameters an optimizer
+    holds (their update measured, zero at every step) and that hold
+    :data:`NEVER_RUN_SHARE` of the trainable parameters or more were never called in a
+    forward the capture records (one with gradients enabled) and kept their parameter norm,
+    while another trainable module was called. They run under ``torch.no_grad()``, or
+    inside ``checkpoint(..., use_reentrant=True)`` on inputs that do not require a gradient
+    (which builds no graph through them: a new user's two checkpointed blocks, 98% of the
+    weights, never got a gradient, 0.58-0.64 accuracy against 0.85 with
+    ``use_reentrant=False``), or the forward does not use them. A backbone run under
+    ``torch.no_grad()`` on purpose, its parameters left out of the optimizer (a linear
+    probe), has no update measured and is not named.
+    """
+    stats, mods = trace.stats, trace.modules
+    need = {"module_name", "step", "calls", "param_norm", "update_ratio"}
+    if not need <= set(stats.columns) or "n_trainable" not in mods.columns:
+        return None
+    if stats["step"].nunique() < MIN_STEPS:
+        return None
+    n_train = mods.drop_duplicates("module_name").set_index("module_name")["n_trainable"]
+    n_train = n_train[n_train > 0]
+    rows = stats[stats["module_name"].isin(set(n_train.index))]
+    by = rows.groupby("module_name")
+    calls = by["calls"].sum()
+    moved = by["param_norm"].agg(lambda v: np.ptp(v.to_numpy(dtype=float)))
+    held = by["update_ratio"].agg(lambda v: bool(np.isfinite(v.to_numpy(dtype=float)).any()))
+    never = [str(n) for n in n_train.index
+             if calls.get(n, 0.0) == 0 and moved.get(n, 0.0) == 0.0 and held.get(n, False)]
+    if not never or len(never) == len(n_train):
+        return None
+    share = float(n_train[never].sum() / n_train.sum())
+    if share < NEVER_RUN_SHARE:
+        return None
+    return (f"{_listed(never)} ({share:.0%} of the trainable weights) never ran in "
+            "a forward that builds gradients, so no gradient reached them and they never "
+            "moved: they run under torch.no_grad(), or in checkpoint(..., use_reentrant=True) "
+            "on inputs that do not require a gradient (pass use_reentrant=False), or the "
+            "forward does not use them"), never[0]
 
 
 def frozen_layers_upstream(trace: Trace) -> str | None:

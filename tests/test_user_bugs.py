@@ -2808,3 +2808,65 @@ def test_a_recurrent_net_fed_raw_values_names_the_inputs_and_what_if_scales_them
     assert healthy.steps["loss"].iloc[-20:].median() < 0.2
     for method in ("heuristic", "probabilistic"):
         assert all(h.confidence < 0.5 for h in ndb.explain(healthy, method=method)), method
+
+
+class _Blocks(nn.Module):
+    """Two hidden blocks and a head; ``checkpointed`` runs the blocks through
+    ``torch.utils.checkpoint`` with ``use_reentrant`` as given, ``frozen`` under no_grad."""
+
+    def __init__(self, seed: int) -> None:
+        super().__init__()
+        torch.manual_seed(seed)
+        self.b1 = nn.Sequential(nn.Linear(64, 128), nn.ReLU())
+        self.b2 = nn.Sequential(nn.Linear(128, 128), nn.ReLU())
+        self.head = nn.Linear(128, 10)
+        self.reentrant: bool | None = None
+        self.frozen = False
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.frozen:
+            with torch.no_grad():
+                h = self.b2(self.b1(x))
+            return self.head(h)
+        if self.reentrant is None:
+            return self.head(self.b2(self.b1(x)))
+        from torch.utils.checkpoint import checkpoint
+        h = checkpoint(self.b1, x, use_reentrant=self.reentrant)
+        return self.head(checkpoint(self.b2, h, use_reentrant=self.reentrant))
+
+
+@pytest.mark.filterwarnings("ignore:None of the inputs have requires_grad")
+def test_checkpointed_blocks_that_build_no_graph_are_a_blocked_gradient() -> None:
+    # checkpoint(..., use_reentrant=True) on an input that does not require a gradient runs
+    # the block under no_grad and builds no graph through it: 95% of the weights never get
+    # a gradient, and the head alone learns a linear probe of random features. The capture
+    # records no call for those blocks (it skips forwards without gradients), so the
+    # heuristic said nothing and the network dead_neurons (0.98) at the head, whose units
+    # are all alive. With use_reentrant=False the same loop trains.
+    def run(reentrant: bool) -> ndb.Trace:
+        model = _Blocks(0)
+        model.reentrant = reentrant
+        return _train(model, torch.optim.Adam(model.parameters(), lr=1e-3), F.cross_entropy,
+                      Y, steps=150)
+
+    trace = run(True)
+    for method in ("heuristic", "probabilistic"):
+        top = ndb.explain(trace, method=method)[0]
+        assert top.root_cause == "gradient_blocked" and top.confidence >= 0.5, (method, top)
+        assert top.origin_layer == "b1.0" and "use_reentrant=False" in top.metadata["hint"]
+    _assert_healthy(run(False))
+
+
+@pytest.mark.filterwarnings("ignore:4 trainable parameter")
+def test_a_backbone_frozen_under_no_grad_and_left_out_of_the_optimizer_is_no_bug() -> None:
+    # the guard: a linear probe runs its backbone under no_grad on purpose and gives the
+    # optimizer the head alone; the backbone never runs with gradients either, but nothing
+    # was meant to train it
+    model = _Blocks(0)
+    model.frozen = True
+    trace = _train(model, torch.optim.Adam(model.head.parameters(), lr=1e-2),
+                   F.cross_entropy, Y, steps=150)
+    assert (trace.stats.groupby("module_name")["calls"].sum()[["b1.0", "b2.0"]] == 0).all()
+    for method in ("heuristic", "probabilistic"):
+        assert not any(h.root_cause == "gradient_blocked" and h.confidence >= 0.5
+                       for h in ndb.explain(trace, method=method)), method

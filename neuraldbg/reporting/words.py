@@ -409,8 +409,9 @@ def what_if_caveat(metadata: Mapping[str, Any]) -> str:
                      "the trace is too short for a verdict on this run.")
     said = metadata.get("outside_vocabulary")
     if isinstance(said, str) and said:
-        notes.append(f"Caution: {said} The causal model has no knob or cause for this, so its "
-                     "answer may not hold for this run.")
+        end = "" if said.rstrip()[-1:] in ".?!" else "."
+        notes.append(f"Caution: {said.rstrip()}{end} The causal model has no knob for this, so "
+                     "its answer may not hold for this run.")
     stall = metadata.get("plateau_unclaimable")
     if isinstance(stall, str) and stall:
         notes.append(f"Caution: the causal model reads this run as stalled, but {stall}, so "
