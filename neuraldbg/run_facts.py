@@ -182,8 +182,10 @@ class RunFacts:
         Adam and its kin move every weight by about the rate at every step, so a rate too
         high grows the weights far past their init within a few dozen steps, whatever the
         loss or the later update ratios show (the weights it inflated make those small):
-        zoo and probe rates too high 15-72x; runs that train at high workable rates
-        (Adam 1e-2 to 0.1, a fine-tuned body at 100x its rate, unscaled targets) 2-8x.
+        rates too high 8-72x (those under 15x, the zoo's ReLU MLP at 100x and LSTM at
+        0.3, show in their first step as well; warmups to Adam's 1.0 show here alone,
+        23-29x); runs that train at high workable rates (Adam 1e-2 to 0.1, a fine-tuned
+        body at 100x its rate, unscaled targets) 2-8x.
     early_steps_inflated : bool
         Whether the optimizer's first steps outgrow the rate's steady step
         (:func:`early_step_inflation` above 1: RMSprop, whose uncorrected average of squared
