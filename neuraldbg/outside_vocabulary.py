@@ -377,21 +377,23 @@ NEVER_RUN_LEARNED = 0.25
 def modules_never_run(trace: Trace) -> tuple[str, str] | None:
     """(what to check, the first module) when weights meant to train never got a gradient.
 
-    Over :data:`MIN_STEPS` or more recorded steps, modules whose parameters an optimizer
-    holds (their update measured, zero at every step) were never called in a forward the
-    capture records (one with gradients enabled) and kept their parameter norm, while
-    another trainable module was called; and either one of them comes before every module
-    that ran (registration order: the layers that trained learned from features nothing
-    trained, a body of 35% of the weights run under no_grad left its head at 0.38
-    accuracy against 0.95), or together they hold :data:`NEVER_RUN_SHARE` of the
-    trainable parameters or more; and the loss ended above :data:`NEVER_RUN_LEARNED` of its
-    start. They run under ``torch.no_grad()``, or
-    inside ``checkpoint(..., use_reentrant=True)`` on inputs that do not require a gradient
-    (which builds no graph through them: a new user's two checkpointed blocks, 98% of the
-    weights, never got a gradient, 0.58-0.64 accuracy against 0.85 with
-    ``use_reentrant=False``), or the forward does not use them. A backbone run under
-    ``torch.no_grad()`` on purpose, its parameters left out of the optimizer (a linear
-    probe), has no update measured and is not named.
+    Named: modules whose parameters an optimizer holds (their update measured, zero at
+    every step) that were never called in a forward the capture records (one with
+    gradients enabled) and kept their parameter norm over :data:`MIN_STEPS` or more
+    recorded steps, while another trainable module was called, when
+
+    - one of them comes before every module that ran (registration order: the layers that
+      trained learned from features nothing trained; a body of 36% of the weights under
+      no_grad left its head at 0.38 accuracy against 0.95), or together they hold
+      :data:`NEVER_RUN_SHARE` of the trainable parameters or more;
+    - and the loss ended above :data:`NEVER_RUN_LEARNED` of its start.
+
+    Such modules run under ``torch.no_grad()``, or inside ``checkpoint(...,
+    use_reentrant=True)`` on inputs that do not require a gradient, which builds no graph
+    through them (a new user's two checkpointed blocks, 98% of the weights: 0.58-0.64
+    accuracy against 0.85 with ``use_reentrant=False``), or the forward does not use them.
+    A backbone run under ``torch.no_grad()`` on purpose, its parameters left out of the
+    optimizer (a linear probe), has no update measured and is not named.
     """
     stats, mods = trace.stats, trace.modules
     need = {"module_name", "step", "calls", "param_norm", "update_ratio"}
